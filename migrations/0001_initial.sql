@@ -1,0 +1,1008 @@
+-- depends:
+
+-- pyjobq: a job queue that lives inside PostgreSQL.
+--
+-- The functions in this file are the whole API. Any client that can run
+-- `select * from pyjobq.job_claim('w1', 10);` gets exactly the semantics the
+-- Python package gets: every state transition, lease check, backoff and dedupe
+-- decision is made here, in one statement per transition, so no client can
+-- disagree with another.
+--
+-- A job's life, in the order the functions are defined below:
+--
+--   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
+--   job_claim                        -> RUNNING (2), attempts + 1, leased to a worker
+--   job_renew_lease                  -> RUNNING, lease pushed forward (heartbeat)
+--   job_complete / job_complete_many -> DONE (3)
+--   job_fail                         -> PENDING again after a backoff, or DEAD (4)
+--   job_release                      -> PENDING again, the attempt given back (shutdown)
+--   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
+--   job_redrive                      -> DEAD back to PENDING with fresh attempts
+--   job_prune                        -> DONE and DEAD rows deleted after a while
+--   job_counts                       -> jobs per type and status, with health figures
+--
+-- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
+-- transition is a compare-and-set on all three plus status = RUNNING, so a
+-- holder whose lease was reaped, and the job claimed again (even by a worker
+-- with the same id), can never complete, fail or renew the newer attempt: it
+-- gets SQLSTATE JQ001 instead. Recovery is by lease only: a job stays RUNNING
+-- until its holder finishes it or job_reap finds its lease expired.
+--
+-- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
+-- which a session can freeze with `set pyjobq.fake_now = '...'` (tests).
+--
+-- Errors: arguments out of range raise 22023 (invalid_parameter_value) or
+-- 22004 (null_value_not_allowed) naming the argument and its allowed range;
+-- queue states raise the JQ class:
+--   JQ001 lease_lost            the caller no longer holds this attempt of the job
+--   JQ002 job_not_found         no job with that id
+--   JQ003 job_already_finished  the caller's own attempt is already DONE or DEAD
+--   JQ004 job_type_conflict     the job type code is registered under another name
+-- Nothing is changed when an error is raised.
+
+create schema pyjobq;
+
+comment on schema pyjobq is 'pyjobq job queue: the tables are private, the functions are the API';
+
+-- The clock ----------------------------------------------------------------
+
+create function pyjobq.clock_now()
+returns timestamptz
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(
+    nullif(current_setting('pyjobq.fake_now', true), '')::timestamptz,
+    statement_timestamp()
+  )
+$$;
+
+comment on function pyjobq.clock_now() is
+  'The one clock of pyjobq: statement_timestamp(), unless the session sets pyjobq.fake_now to freeze time (tests).';
+
+create function pyjobq.schema_version()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select 1
+$$;
+
+comment on function pyjobq.schema_version() is
+  'Version of the pyjobq schema installed in this database; clients refuse to run against a newer one.';
+
+-- Storage --------------------------------------------------------------------
+
+create table pyjobq.job_type (
+  job_type smallint primary key,
+  name varchar(63) not null,
+  created_at timestamptz not null default pyjobq.clock_now(),
+  constraint job_type_name_key unique (name),
+  constraint job_type_code_range check (job_type between 1 and 32767),
+  constraint job_type_name_not_blank check (btrim(name) <> '')
+);
+
+comment on table pyjobq.job_type is
+  'Registered job type codes and their names; job_enqueue refuses codes that are not here.';
+
+insert into pyjobq.job_type (job_type, name) values (1, 'SEARCH'), (2, 'OUTBOX');
+
+create table pyjobq.job (
+  job_id uuid not null default gen_random_uuid(),
+  job_type smallint not null,
+  status smallint not null default 1,
+  priority smallint not null default 100,
+  payload jsonb not null default '{}',
+  result jsonb,
+  dedupe_key varchar(200),
+  attempts smallint not null default 0,
+  max_attempts smallint not null default 3,
+  run_after timestamptz not null,
+  lease_until timestamptz,
+  worker_id varchar(80),
+  run_started_at timestamptz,
+  last_error text,
+  created_at timestamptz not null,
+  updated_at timestamptz not null,
+  constraint job_pkey primary key (job_id),
+  constraint job_status_valid check (status between 1 and 4),
+  constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
+  constraint job_attempts_within_max check (attempts between 0 and max_attempts),
+  constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
+  constraint job_running_has_worker check (status <> 2 or worker_id is not null)
+);
+
+comment on table pyjobq.job is
+  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD.';
+comment on column pyjobq.job.attempts is
+  'Claims so far (+1 at each claim); also the fencing token a holder passes back to complete, fail, renew or release.';
+comment on column pyjobq.job.run_after is
+  'The job is not claimed before this time (scheduling and retry backoff).';
+comment on column pyjobq.job.lease_until is
+  'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
+comment on column pyjobq.job.dedupe_key is
+  'At most one PENDING or RUNNING job per key; enqueueing an active key returns the existing job.';
+
+-- The claim: due PENDING jobs in priority then due-time order. The ORDER BY
+-- matches this index exactly, so an ordered index scan that stops at LIMIT is
+-- the only sensible plan whatever the statistics say (or do not yet say).
+create index job_claim_idx on pyjobq.job (priority, run_after) where status = 1;
+
+-- The reaper: expired leases among RUNNING jobs only.
+create index job_lease_idx on pyjobq.job (lease_until) where status = 2;
+
+-- The active-duplicate guard; DONE and DEAD jobs free their key.
+create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
+  where status in (1, 2) and dedupe_key is not null;
+
+-- Every transition rewrites the row (the partial indexes make it non-HOT), so
+-- a queue churns through dead tuples at its own pace, not in proportion to
+-- its size: vacuum and analyze on absolute thresholds.
+alter table pyjobq.job set (
+  autovacuum_vacuum_scale_factor = 0,
+  autovacuum_vacuum_threshold = 5000,
+  autovacuum_vacuum_insert_scale_factor = 0,
+  autovacuum_vacuum_insert_threshold = 20000,
+  autovacuum_analyze_scale_factor = 0,
+  autovacuum_analyze_threshold = 20000,
+  autovacuum_vacuum_cost_delay = 0
+);
+
+-- Argument checks -------------------------------------------------------------
+
+create function pyjobq._check_range(p_name text, p_value bigint, p_min bigint, p_max bigint)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_value is null then
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            hint = format('Pass a value between %s and %s, or leave it out where it has a default.', p_min, p_max);
+  end if;
+  if p_value < p_min or p_value > p_max then
+    raise exception '% must be between % and %', p_name, p_min, p_max
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_range(text, bigint, bigint, bigint) is
+  'Raises 22004 when p_value is null and 22023 when it is outside [p_min, p_max], naming the argument.';
+
+create function pyjobq._check_text(p_name text, p_value text, p_max_length int, p_nullable boolean)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_value is null then
+    if p_nullable then
+      return;
+    end if;
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            hint = format('Pass a non-blank text of at most %s characters.', p_max_length);
+  end if;
+  if btrim(p_value) = '' or length(p_value) > p_max_length then
+    raise exception '% must be a non-blank text of 1 to % characters', p_name, p_max_length
+      using errcode = '22023',
+            detail = format('%s had %s characters.', p_name, length(p_value));
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_text(text, text, int, boolean) is
+  'Raises 22004 for a null text (unless p_nullable) and 22023 for a blank one or one longer than p_max_length.';
+
+create function pyjobq._check_job_type(p_job_type int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_range('p_job_type', p_job_type, 1, 32767);
+  perform 1 from pyjobq.job_type t where t.job_type = p_job_type;
+  if not found then
+    raise exception 'job type % is not registered', p_job_type
+      using errcode = '22023',
+            hint = 'Register it first with pyjobq.job_type_register(code, name); pyjobq.job_types() lists the known ones.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_job_type(int) is
+  'Raises 22023 unless p_job_type is a registered job type code.';
+
+create function pyjobq._check_payload(p_name text, p_payload jsonb)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_payload is not null and jsonb_typeof(p_payload) <> 'object' then
+    raise exception '% must be a JSON object', p_name
+      using errcode = '22023',
+            detail = format('%s was a JSON %s.', p_name, jsonb_typeof(p_payload)),
+            hint = 'Wrap the value in an object, e.g. {"value": ...}.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_payload(text, jsonb) is
+  'Raises 22023 unless p_payload is null or a JSON object.';
+
+-- Why a transition on a job did not happen: raised after a guarded update
+-- matched no row, so the caller learns whether the job is gone, already
+-- finished by this very attempt, or no longer theirs.
+create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_status smallint;
+  v_worker text;
+  v_attempts smallint;
+begin
+  select j.status, j.worker_id, j.attempts
+    into v_status, v_worker, v_attempts
+    from pyjobq.job j
+   where j.job_id = p_job_id;
+  if not found then
+    raise exception 'job % does not exist', p_job_id
+      using errcode = 'JQ002',
+            hint = 'It may have been pruned, or the id is wrong.';
+  end if;
+  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
+    raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
+      using errcode = 'JQ003',
+            detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
+            hint = 'Finish each claimed attempt once.';
+  end if;
+  raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
+    using errcode = 'JQ001',
+          detail = format('The job is %s at attempt %s, held by %s.',
+                          case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
+                                        when 3 then 'DONE' else 'DEAD' end,
+                          v_attempts, coalesce(v_worker, 'no worker')),
+          hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
+end;
+$$;
+
+comment on function pyjobq._raise_not_held(uuid, text, int) is
+  'Raises JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act on job p_job_id.';
+
+-- Retry delay after attempt p_attempt: 2 s doubling per attempt, capped at one
+-- hour, minus up to 25% random jitter so retries of a burst spread out.
+create function pyjobq.retry_backoff(p_attempt int)
+returns interval
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select make_interval(secs => least(3600.0, 2.0 * power(2.0, greatest(p_attempt, 1) - 1))
+                               * (1.0 - 0.25 * random()))
+$$;
+
+comment on function pyjobq.retry_backoff(int) is
+  'Delay before the retry that follows attempt p_attempt: least(1 hour, 2 s * 2^(p_attempt - 1)) minus up to 25% jitter.';
+
+-- Job types -------------------------------------------------------------------
+
+create function pyjobq.job_type_register(p_job_type int, p_name text)
+returns table (job_type int, name text, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_name text;
+begin
+  perform pyjobq._check_range('p_job_type', p_job_type, 1, 32767);
+  perform pyjobq._check_text('p_name', p_name, 63, false);
+  insert into pyjobq.job_type as t (job_type, name)
+  values (p_job_type, p_name)
+  on conflict do nothing;
+  if found then
+    return query select p_job_type, p_name, true;
+    return;
+  end if;
+  select t.name into v_name from pyjobq.job_type t where t.job_type = p_job_type;
+  if v_name is distinct from p_name then
+    raise exception 'job type % or name % is already registered', p_job_type, p_name
+      using errcode = 'JQ004',
+            detail = format('Code %s is named %s.', p_job_type, coalesce(v_name, '(unregistered)')),
+            hint = 'Codes and names are registered once; pick another code or name.';
+  end if;
+  return query select p_job_type, p_name, false;
+end;
+$$;
+
+comment on function pyjobq.job_type_register(int, text) is
+  'Registers job type code p_job_type (1..32767) under p_name; idempotent for the same pair, JQ004 when either is taken by another.';
+
+create function pyjobq.job_types()
+returns table (job_type int, name text)
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select t.job_type::int, t.name::text from pyjobq.job_type t order by t.job_type
+$$;
+
+comment on function pyjobq.job_types() is 'The registered job type codes and names.';
+
+-- Enqueue ---------------------------------------------------------------------
+
+create function pyjobq.job_enqueue(
+  p_job_type int,
+  p_payload jsonb default null,
+  p_priority int default null,
+  p_run_after timestamptz default null,
+  p_dedupe_key text default null,
+  p_max_attempts int default null
+)
+returns table (job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_payload jsonb := coalesce(p_payload, '{}');
+  v_priority int := coalesce(p_priority, 100);
+  v_run_after timestamptz := coalesce(p_run_after, v_now);
+  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_id uuid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_payload('p_payload', v_payload);
+  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
+  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
+  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  if not isfinite(v_run_after) then
+    raise exception 'p_run_after must be a finite time'
+      using errcode = '22023', hint = 'Leave it out to run the job now.';
+  end if;
+
+  -- An active job with the same key wins: insert or, on conflict, return that
+  -- job. If it finishes between our insert and our lookup, try again.
+  loop
+    insert into pyjobq.job as j
+      (job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+    values
+      (p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
+    on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+    returning j.job_id into v_id;
+    if v_id is not null then
+      if v_run_after <= v_now then
+        perform pg_notify('pyjobq_job', p_job_type::text);
+      end if;
+      return query select v_id, true;
+      return;
+    end if;
+    select a.job_id into v_id
+      from pyjobq.job a
+     where a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+    if v_id is not null then
+      return query select v_id, false;
+      return;
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
+  'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
+  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
+  '(1..200 chars) an active (PENDING or RUNNING) job with that key is returned with created = false instead. '
+  'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
+
+create function pyjobq.job_enqueue_many(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_dedupe_keys text[] default null,
+  p_priority int default null,
+  p_run_after timestamptz default null,
+  p_max_attempts int default null
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_priority int := coalesce(p_priority, 100);
+  v_run_after timestamptz := coalesce(p_run_after, v_now);
+  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_count int := coalesce(cardinality(p_payloads), 0);
+  v_bad int;
+  v_row record;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
+  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
+  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
+  if not isfinite(v_run_after) then
+    raise exception 'p_run_after must be a finite time'
+      using errcode = '22023', hint = 'Leave it out to run the jobs now.';
+  end if;
+  select min(u.i) into v_bad
+    from unnest(p_payloads) with ordinality as u(payload, i)
+   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
+  if v_bad is not null then
+    raise exception 'p_payloads[%] must be a JSON object', v_bad
+      using errcode = '22023',
+            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
+  end if;
+  if p_dedupe_keys is not null then
+    if cardinality(p_dedupe_keys) <> v_count then
+      raise exception 'p_dedupe_keys must have as many elements as p_payloads'
+        using errcode = '22023',
+              detail = format('p_payloads has %s, p_dedupe_keys %s.', v_count, cardinality(p_dedupe_keys)),
+              hint = 'Use null elements for jobs without a key.';
+    end if;
+    select min(u.i) into v_bad
+      from unnest(p_dedupe_keys) with ordinality as u(dedupe_key, i)
+     where btrim(u.dedupe_key) = '' or length(u.dedupe_key) > 200;
+    if v_bad is not null then
+      raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
+        using errcode = '22023';
+    end if;
+  end if;
+
+  -- Ids are drawn before the insert so that inserted rows can be matched back
+  -- to their input position. A key repeated within the batch, or already held
+  -- by an active job, yields that job with created = false.
+  for v_row in
+    with input as materialized (
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, gen_random_uuid() as new_id
+        from unnest(p_payloads) with ordinality as u(payload, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      select i.new_id, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        from input i
+       order by i.ord
+      on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      returning j.job_id, j.dedupe_key
+    )
+    select i.ord,
+           i.dedupe_key,
+           coalesce(mine.job_id, sibling.job_id, active.job_id) as job_id,
+           mine.job_id is not null as created
+      from input i
+      left join inserted mine on mine.job_id = i.new_id
+      left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
+      left join pyjobq.job active
+             on mine.job_id is null and sibling.job_id is null
+            and active.dedupe_key = i.dedupe_key and active.status in (1, 2)
+     order by i.ord
+  loop
+    ord := v_row.ord;
+    job_id := v_row.job_id;
+    created := v_row.created;
+    if job_id is null then
+      -- The active job holding this key finished while we inserted.
+      select e.job_id, e.created into job_id, created
+        from pyjobq.job_enqueue(p_job_type, p_payloads[ord], v_priority, v_run_after,
+                                v_row.dedupe_key, v_max_attempts) e;
+    end if;
+    return next;
+  end loop;
+  if v_run_after <= v_now then
+    perform pg_notify('pyjobq_job', p_job_type::text);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int) is
+  'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
+  'p_dedupe_keys, when given, pairs a key (or null) with each payload. Returns one row per payload in input '
+  'order: its 1-based position, the job id, and whether it was newly created.';
+
+-- Claim -----------------------------------------------------------------------
+
+create function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  if p_job_types is null then
+    select array_agg(t.job_type) into v_types from pyjobq.job_type t;
+  else
+    v_types := p_job_types::smallint[];
+  end if;
+
+  -- One statement: the MATERIALIZED CTE locks at most v_limit rows exactly
+  -- once (a plain subquery may be re-run by a nested loop and lock more), and
+  -- SKIP LOCKED lets concurrent claimers take the next rows instead of waiting.
+  return query
+  with picked as materialized (
+    select c.job_id
+      from pyjobq.job c
+     where c.status = 1
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after
+     limit v_limit
+       for update skip locked
+  ),
+  claimed as (
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_until = v_now + make_interval(secs => v_lease),
+           run_started_at = v_now,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at
+  )
+  select c.job_id, c.job_type::int, c.priority::int, c.payload, c.attempts::int, c.max_attempts::int,
+         c.dedupe_key::text, c.run_after, c.lease_until, c.created_at
+    from claimed c
+   order by c.priority, c.run_after;
+end;
+$$;
+
+comment on function pyjobq.job_claim(text, int, int, int[]) is
+  'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
+  'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
+  'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
+  'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
+  'An empty result means nothing is due.';
+
+-- Finish ----------------------------------------------------------------------
+
+create function pyjobq.job_complete(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_result jsonb default null
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  update pyjobq.job j
+     set status = 3,
+         result = p_result,
+         lease_until = null,
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.attempts = p_attempt;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_complete(uuid, text, int, jsonb) is
+  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING); '
+  'otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 job_already_finished and changes nothing.';
+
+create function pyjobq.job_complete_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_results jsonb[] default null
+)
+returns table (job_id uuid, completed boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  if coalesce(cardinality(p_attempts), 0) <> v_count
+     or (p_results is not null and cardinality(p_results) <> v_count) then
+    raise exception 'p_attempts and p_results must have as many elements as p_job_ids'
+      using errcode = '22023',
+            detail = format('p_job_ids has %s, p_attempts %s, p_results %s.',
+                            v_count, cardinality(p_attempts), coalesce(cardinality(p_results)::text, 'null')),
+            hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
+  end if;
+
+  return query
+  with input as (
+    select u.job_id, u.attempt, u.result
+      from unnest(p_job_ids, p_attempts, coalesce(p_results, array_fill(null::jsonb, array[v_count])))
+           as u(job_id, attempt, result)
+  ),
+  done as (
+    update pyjobq.job j
+       set status = 3,
+           result = i.result,
+           lease_until = null,
+           updated_at = v_now
+      from input i
+     where j.job_id = i.job_id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.attempts = i.attempt
+    returning j.job_id
+  )
+  select i.job_id, exists (select 1 from done d where d.job_id = i.job_id)
+    from input i;
+end;
+$$;
+
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
+  'Returns every input job id with completed = false for those no longer held (they are left unchanged).';
+
+create function pyjobq.job_fail(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_error text default null,
+  p_retry_delay_seconds double precision default null,
+  p_dead_letter boolean default null
+)
+returns table (status int, run_after timestamptz)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_dead_letter boolean := coalesce(p_dead_letter, false);
+  v_delay interval;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  if p_retry_delay_seconds is not null then
+    if not (p_retry_delay_seconds between 0 and 31536000) then
+      raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
+        using errcode = '22023',
+              detail = format('p_retry_delay_seconds was %s.', p_retry_delay_seconds),
+              hint = 'Leave it out for the default exponential backoff.';
+    end if;
+    v_delay := make_interval(secs => p_retry_delay_seconds);
+  end if;
+
+  return query
+  update pyjobq.job j
+     set status = case when v_dead_letter or j.attempts >= j.max_attempts then 4 else 1 end,
+         run_after = case when v_dead_letter or j.attempts >= j.max_attempts then j.run_after
+                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts)) end,
+         worker_id = case when v_dead_letter or j.attempts >= j.max_attempts then j.worker_id end,
+         lease_until = null,
+         last_error = left(p_error, 10000),
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.attempts = p_attempt
+  returning j.status::int, j.run_after;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean) is
+  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
+  'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
+  '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
+  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
+
+-- Leases ----------------------------------------------------------------------
+
+create function pyjobq.job_renew_lease(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_seconds int default null
+)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_lease_until timestamptz;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  update pyjobq.job j
+     set lease_until = v_now + make_interval(secs => v_lease),
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.attempts = p_attempt
+  returning j.lease_until into v_lease_until;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  return v_lease_until;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
+  'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
+  'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'A holder whose lease expired but was not yet reaped still holds the job.';
+
+create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  update pyjobq.job j
+     set status = 1,
+         attempts = j.attempts - 1,
+         worker_id = null,
+         lease_until = null,
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.attempts = p_attempt;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release(uuid, text, int) is
+  'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
+  'PENDING again at its old place in the queue, attempts - 1. Raises JQ001/JQ002/JQ003 like job_complete.';
+
+create function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The expiry test is repeated in the UPDATE: a row that a completer or a
+  -- renewer changed after this statement's snapshot is re-checked on its
+  -- newest version, so a reaper never overwrites a finished or renewed job.
+  return query
+  with picked as materialized (
+    select r.job_id, r.worker_id, r.attempts
+      from pyjobq.job r
+     where r.status = 2
+       and r.lease_until < v_now
+     order by r.lease_until
+     limit v_limit
+       for update skip locked
+  ),
+  reaped as (
+    update pyjobq.job j
+       set status = case when j.attempts >= j.max_attempts then 4 else 1 end,
+           run_after = case when j.attempts >= j.max_attempts then j.run_after
+                            else v_now + pyjobq.retry_backoff(j.attempts) end,
+           worker_id = case when j.attempts >= j.max_attempts then j.worker_id end,
+           last_error = format('lease expired at %s: worker %s did not finish attempt %s',
+                               j.lease_until, j.worker_id, j.attempts),
+           lease_until = null,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+       and j.status = 2
+       and j.lease_until < v_now
+    returning j.job_id, j.job_type, j.status, j.run_after
+  )
+  select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
+    from reaped r
+    join picked p on p.job_id = r.job_id;
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it.';
+
+-- Operations ------------------------------------------------------------------
+
+create function pyjobq.job_redrive(
+  p_job_ids uuid[] default null,
+  p_job_type int default null,
+  p_limit int default null
+)
+returns table (job_id uuid)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_id uuid;
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  if p_job_ids is not null and cardinality(p_job_ids) > 100000 then
+    raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
+      using errcode = '22023';
+  end if;
+  -- One row at a time: a DEAD job whose dedupe key an active job holds now
+  -- (or another redriven job took first) stays DEAD instead of failing all.
+  for v_id in
+    select d.job_id
+      from pyjobq.job d
+     where d.status = 4
+       and (p_job_ids is null or d.job_id = any (p_job_ids))
+       and (p_job_type is null or d.job_type = p_job_type)
+     order by d.updated_at
+     limit v_limit
+       for update skip locked
+  loop
+    begin
+      update pyjobq.job j
+         set status = 1,
+             attempts = 0,
+             run_after = v_now,
+             worker_id = null,
+             result = null,
+             updated_at = v_now
+       where j.job_id = v_id
+         and j.status = 4;
+      job_id := v_id;
+      return next;
+    exception when unique_violation then
+      null;
+    end;
+  end loop;
+  if found then
+    perform pg_notify('pyjobq_job', '');
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_redrive(uuid[], int, int) is
+  'Moves DEAD jobs back to PENDING, due now, with attempts reset to 0: the ids in p_job_ids, or else every '
+  'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
+
+create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
+returns bigint
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 10000);
+  v_deleted bigint;
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_older_than is null or p_older_than < interval '0' then
+    raise exception 'p_older_than must be an interval of zero or more'
+      using errcode = case when p_older_than is null then '22004' else '22023' end,
+            hint = 'e.g. ''7 days''.';
+  end if;
+  with doomed as (
+    select d.job_id
+      from pyjobq.job d
+     where d.status in (3, 4)
+       and d.updated_at < v_now - p_older_than
+     limit v_limit
+       for update skip locked
+  )
+  delete from pyjobq.job j
+   using doomed d
+   where j.job_id = d.job_id;
+  get diagnostics v_deleted = row_count;
+  return v_deleted;
+end;
+$$;
+
+comment on function pyjobq.job_prune(interval, int) is
+  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than ago, '
+  'and returns how many it deleted; call it again until it returns less than p_limit.';
+
+create function pyjobq.job_counts()
+returns table (
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  jobs bigint,
+  oldest_due_seconds double precision,
+  expired_leases bigint
+)
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  with tally as (
+    select j.job_type,
+           j.status,
+           count(*) as jobs,
+           min(j.run_after) filter (where j.status = 1 and j.run_after <= pyjobq.clock_now()) as oldest_due,
+           count(*) filter (where j.status = 2 and j.lease_until < pyjobq.clock_now()) as expired_leases
+      from pyjobq.job j
+     group by j.job_type, j.status
+  )
+  select t.job_type::int,
+         t.name::text,
+         s.status,
+         s.status_name,
+         coalesce(c.jobs, 0),
+         case when s.status = 1 then
+           coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
+         end,
+         case when s.status = 2 then coalesce(c.expired_leases, 0) end
+    from pyjobq.job_type t
+   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
+    left join tally c on c.job_type = t.job_type and c.status = s.status
+   order by t.job_type, s.status
+$$;
+
+comment on function pyjobq.job_counts() is
+  'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
+  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped.';

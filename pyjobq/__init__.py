@@ -1,0 +1,47 @@
+"""pyjobq: a PostgreSQL job queue whose API is a set of SQL functions; this is its Python binding."""
+
+from pyjobq.errors import (
+    InvalidArgument,
+    JobAlreadyFinished,
+    JobNotFound,
+    JobStateError,
+    JobTypeConflict,
+    LeaseLost,
+    PyjobqError,
+)
+from pyjobq.migrate import migrate
+from pyjobq.queue import JobQueue
+from pyjobq.rows import (
+    ClaimedJob,
+    Completion,
+    CountRow,
+    Enqueued,
+    FailOutcome,
+    JobStatus,
+    JobType,
+    JobTypeInfo,
+    ReapedJob,
+    RegisteredType,
+)
+
+__all__ = [
+    "ClaimedJob",
+    "Completion",
+    "CountRow",
+    "Enqueued",
+    "FailOutcome",
+    "InvalidArgument",
+    "JobAlreadyFinished",
+    "JobNotFound",
+    "JobQueue",
+    "JobStateError",
+    "JobStatus",
+    "JobType",
+    "JobTypeConflict",
+    "JobTypeInfo",
+    "LeaseLost",
+    "PyjobqError",
+    "ReapedJob",
+    "RegisteredType",
+    "migrate",
+]

@@ -1,0 +1,228 @@
+"""``JobQueue``: the typed, synchronous binding of the pyjobq SQL functions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, LiteralString, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from pyjobq import statements as sql
+from pyjobq.errors import translate
+from pyjobq.rows import (
+    ClaimedJob,
+    Completion,
+    CountRow,
+    Enqueued,
+    FailOutcome,
+    JobTypeInfo,
+    ReapedJob,
+    RegisteredType,
+)
+
+T = TypeVar("T")
+
+Payload = Mapping[str, Any]
+
+
+def jsonb(value: Payload | None) -> Jsonb | None:
+    """Wrap a JSON object for a ``jsonb`` parameter; ``None`` stays SQL null."""
+    return None if value is None else Jsonb(value)
+
+
+class JobQueue:
+    """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
+
+    Given a :class:`psycopg.Connection`, every call runs on it inside whatever
+    transaction the caller has open and commits nothing (enqueue a job in the
+    same transaction as the business row it belongs to: a rollback removes
+    both). Given a :class:`psycopg_pool.ConnectionPool`, every call takes a
+    connection and commits on return. Defaults are the SQL functions' own:
+    ``None`` means "the default". SQL errors come out as the classes in
+    :mod:`pyjobq.errors`.
+    """
+
+    def __init__(self, source: psycopg.Connection[Any] | ConnectionPool) -> None:
+        self._source = source
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if isinstance(self._source, ConnectionPool):
+            with self._source.connection() as conn:
+                yield conn
+        else:
+            yield self._source
+
+    def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
+        try:
+            with self._connection() as conn, conn.cursor(row_factory=class_row(row)) as cur:
+                cur.execute(query, params)
+                return cur.fetchall()
+        except psycopg.Error as e:
+            raise translate(e) from e
+
+    def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
+        try:
+            with self._connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
+                cur.execute(query, params)
+                return cur.fetchall()
+        except psycopg.Error as e:
+            raise translate(e) from e
+
+    def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
+        return self._column(query, params)[0]
+
+    def enqueue(
+        self,
+        job_type: int,
+        payload: Payload | None = None,
+        priority: int | None = None,
+        run_after: datetime | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueued:
+        """``job_enqueue``: add one PENDING job, or return the active job holding ``dedupe_key``."""
+        params = (job_type, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
+        return self._rows(Enqueued, sql.ENQUEUE, params)[0]
+
+    def enqueue_many(
+        self,
+        job_type: int,
+        payloads: Sequence[Payload],
+        dedupe_keys: Sequence[str | None] | None = None,
+        priority: int | None = None,
+        run_after: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> list[Enqueued]:
+        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip.
+
+        Returns one :class:`Enqueued` per payload, in input order.
+        """
+        params = (
+            job_type,
+            [Jsonb(p) for p in payloads],
+            None if dedupe_keys is None else list(dedupe_keys),
+            priority,
+            run_after,
+            max_attempts,
+        )
+        return self._rows(Enqueued, sql.ENQUEUE_MANY, params)
+
+    def claim(
+        self,
+        worker_id: str,
+        limit: int | None = None,
+        lease_seconds: int | None = None,
+        job_types: Sequence[int] | None = None,
+    ) -> list[ClaimedJob]:
+        """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``.
+
+        One ``UPDATE ... RETURNING`` over a ``FOR UPDATE SKIP LOCKED`` pick, so
+        concurrent claimers never get the same job. An empty list means nothing
+        is due.
+        """
+        types = None if job_types is None else list(job_types)
+        return self._rows(ClaimedJob, sql.CLAIM, (worker_id, limit, lease_seconds, types))
+
+    def complete(
+        self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
+    ) -> None:
+        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``.
+
+        Raises :class:`~pyjobq.errors.LeaseLost` when it no longer does.
+        """
+        self._scalar(sql.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+
+    def complete_many(
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        results: Sequence[Payload | None] | None = None,
+    ) -> list[Completion]:
+        """``job_complete_many``: complete up to 10000 held jobs in one round trip.
+
+        Jobs no longer held are left alone and reported with ``completed=False``.
+        """
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            None if results is None else [jsonb(r) for r in results],
+        )
+        return self._rows(Completion, sql.COMPLETE_MANY, params)
+
+    def fail(
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        error: str | None = None,
+        retry_delay_seconds: float | None = None,
+        dead_letter: bool | None = None,
+    ) -> FailOutcome:
+        """``job_fail``: record a failed attempt.
+
+        The job is PENDING again after the backoff (or ``retry_delay_seconds``)
+        while attempts remain, otherwise (or with ``dead_letter``) DEAD.
+        """
+        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
+        return self._rows(FailOutcome, sql.FAIL, params)[0]
+
+    def renew_lease(
+        self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
+    ) -> datetime:
+        """``job_renew_lease``: push the lease of a held attempt forward; returns the new lease end."""
+        lease_until: datetime = self._scalar(
+            sql.RENEW_LEASE, (job_id, worker_id, attempt, lease_seconds)
+        )
+        return lease_until
+
+    def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
+        """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
+        self._scalar(sql.RELEASE, (job_id, worker_id, attempt))
+
+    def reap(self, limit: int | None = None) -> list[ReapedJob]:
+        """``job_reap``: take back RUNNING jobs whose lease expired (retry later, or DEAD)."""
+        return self._rows(ReapedJob, sql.REAP, (limit,))
+
+    def counts(self) -> list[CountRow]:
+        """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
+        return self._rows(CountRow, sql.COUNTS, ())
+
+    def redrive(
+        self,
+        job_ids: Sequence[UUID] | None = None,
+        job_type: int | None = None,
+        limit: int | None = None,
+    ) -> list[UUID]:
+        """``job_redrive``: move DEAD jobs back to PENDING with fresh attempts; returns their ids."""
+        ids = None if job_ids is None else list(job_ids)
+        return self._column(sql.REDRIVE, (ids, job_type, limit))
+
+    def prune(self, older_than: timedelta, limit: int | None = None) -> int:
+        """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``.
+
+        Returns how many were deleted; call again until it returns less than the limit.
+        """
+        deleted: int = self._scalar(sql.PRUNE, (older_than, limit))
+        return deleted
+
+    def register_type(self, job_type: int, name: str) -> RegisteredType:
+        """``job_type_register``: register an application job type code (1..32767) and its name."""
+        return self._rows(RegisteredType, sql.TYPE_REGISTER, (job_type, name))[0]
+
+    def types(self) -> list[JobTypeInfo]:
+        """``job_types``: the registered job type codes and names."""
+        return self._rows(JobTypeInfo, sql.TYPES, ())
+
+    def schema_version(self) -> int:
+        """``schema_version``: the version of the pyjobq schema in this database."""
+        version: int = self._scalar(sql.SCHEMA_VERSION, ())
+        return version

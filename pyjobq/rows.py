@@ -1,0 +1,119 @@
+"""Typed rows returned by the SQL functions, and the codes they use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import IntEnum
+from typing import Any
+from uuid import UUID
+
+
+class JobStatus(IntEnum):
+    """``pyjobq.job.status`` codes."""
+
+    PENDING = 1
+    RUNNING = 2
+    DONE = 3
+    DEAD = 4
+
+
+class JobType(IntEnum):
+    """The job type codes the schema ships registered; applications register more."""
+
+    SEARCH = 1
+    OUTBOX = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A row of ``job_enqueue``/``job_enqueue_many``: the job and whether this call created it."""
+
+    job_id: UUID
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A row of ``job_claim``; ``attempt`` is the fencing token to pass back."""
+
+    job_id: UUID
+    job_type: int
+    priority: int
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    dedupe_key: str | None
+    run_after: datetime
+    lease_until: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A row of ``job_complete_many``: ``completed`` is false when the attempt was no longer held."""
+
+    job_id: UUID
+    completed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FailOutcome:
+    """The row of ``job_fail``: PENDING with the retry time, or DEAD."""
+
+    status: JobStatus
+    run_after: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class ReapedJob:
+    """A row of ``job_reap``: a job taken back from ``worker_id`` whose lease on ``attempt`` expired."""
+
+    job_id: UUID
+    job_type: int
+    status: JobStatus
+    worker_id: str
+    attempt: int
+    run_after: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class CountRow:
+    """A row of ``job_counts``.
+
+    ``oldest_due_seconds`` is set on PENDING rows, ``expired_leases`` on RUNNING rows.
+    """
+
+    job_type: int
+    job_type_name: str
+    status: JobStatus
+    status_name: str
+    jobs: int
+    oldest_due_seconds: float | None
+    expired_leases: int | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeInfo:
+    """A row of ``job_types``."""
+
+    job_type: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredType:
+    """The row of ``job_type_register``: ``created`` is false when the pair was already registered."""
+
+    job_type: int
+    name: str
+    created: bool

@@ -1,0 +1,36 @@
+"""The SQL each binding method runs: one statement per method, with explicit casts.
+
+The casts make every call resolve to the one signature of each function, and a
+``None`` parameter is SQL null, which the functions read as "the default".
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+ENQUEUE: LiteralString = (
+    "select job_id, created from pyjobq.job_enqueue("
+    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int)"
+)
+ENQUEUE_MANY: LiteralString = (
+    "select job_id, created from pyjobq.job_enqueue_many("
+    "%s::int, %s::jsonb[], %s::text[], %s::int, %s::timestamptz, %s::int) order by ord"
+)
+CLAIM: LiteralString = "select * from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
+COMPLETE: LiteralString = "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb)"
+COMPLETE_MANY: LiteralString = (
+    "select job_id, completed from pyjobq.job_complete_many(%s::text, %s::uuid[], %s::int[], %s::jsonb[])"
+)
+FAIL: LiteralString = (
+    "select status, run_after from pyjobq.job_fail("
+    "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::boolean)"
+)
+RENEW_LEASE: LiteralString = "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int)"
+RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int)"
+REAP: LiteralString = "select * from pyjobq.job_reap(%s::int)"
+COUNTS: LiteralString = "select * from pyjobq.job_counts()"
+REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
+PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
+TYPE_REGISTER: LiteralString = "select * from pyjobq.job_type_register(%s::int, %s::text)"
+TYPES: LiteralString = "select * from pyjobq.job_types()"
+SCHEMA_VERSION: LiteralString = "select pyjobq.schema_version()"

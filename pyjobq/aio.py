@@ -1,0 +1,188 @@
+"""``AsyncJobQueue``: the asyncio twin of :class:`pyjobq.queue.JobQueue`, method for method."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any, LiteralString, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from pyjobq import statements as sql
+from pyjobq.errors import translate
+from pyjobq.queue import Payload, jsonb
+from pyjobq.rows import (
+    ClaimedJob,
+    Completion,
+    CountRow,
+    Enqueued,
+    FailOutcome,
+    JobTypeInfo,
+    ReapedJob,
+    RegisteredType,
+)
+
+T = TypeVar("T")
+
+
+class AsyncJobQueue:
+    """Calls the ``pyjobq.job_*`` SQL functions from asyncio, one statement per method.
+
+    Same methods, parameters, defaults and results as :class:`~pyjobq.queue.JobQueue`
+    (see there). Given a :class:`psycopg.AsyncConnection`, calls run inside the
+    caller's transaction and commit nothing; given a
+    :class:`psycopg_pool.AsyncConnectionPool`, each call takes a connection and
+    commits on return.
+    """
+
+    def __init__(self, source: psycopg.AsyncConnection[Any] | AsyncConnectionPool) -> None:
+        self._source = source
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if isinstance(self._source, AsyncConnectionPool):
+            async with self._source.connection() as conn:
+                yield conn
+        else:
+            yield self._source
+
+    async def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
+        try:
+            async with self._connection() as conn, conn.cursor(row_factory=class_row(row)) as cur:
+                await cur.execute(query, params)
+                return await cur.fetchall()
+        except psycopg.Error as e:
+            raise translate(e) from e
+
+    async def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
+        try:
+            async with self._connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
+                await cur.execute(query, params)
+                return await cur.fetchall()
+        except psycopg.Error as e:
+            raise translate(e) from e
+
+    async def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
+        return (await self._column(query, params))[0]
+
+    async def enqueue(
+        self,
+        job_type: int,
+        payload: Payload | None = None,
+        priority: int | None = None,
+        run_after: datetime | None = None,
+        dedupe_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Enqueued:
+        """``job_enqueue``: add one PENDING job, or return the active job holding ``dedupe_key``."""
+        params = (job_type, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
+        return (await self._rows(Enqueued, sql.ENQUEUE, params))[0]
+
+    async def enqueue_many(
+        self,
+        job_type: int,
+        payloads: Sequence[Payload],
+        dedupe_keys: Sequence[str | None] | None = None,
+        priority: int | None = None,
+        run_after: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> list[Enqueued]:
+        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip."""
+        keys = None if dedupe_keys is None else list(dedupe_keys)
+        params = (job_type, [Jsonb(p) for p in payloads], keys, priority, run_after, max_attempts)
+        return await self._rows(Enqueued, sql.ENQUEUE_MANY, params)
+
+    async def claim(
+        self,
+        worker_id: str,
+        limit: int | None = None,
+        lease_seconds: int | None = None,
+        job_types: Sequence[int] | None = None,
+    ) -> list[ClaimedJob]:
+        """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``."""
+        types = None if job_types is None else list(job_types)
+        return await self._rows(ClaimedJob, sql.CLAIM, (worker_id, limit, lease_seconds, types))
+
+    async def complete(
+        self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
+    ) -> None:
+        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``."""
+        await self._scalar(sql.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+
+    async def complete_many(
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        results: Sequence[Payload | None] | None = None,
+    ) -> list[Completion]:
+        """``job_complete_many``: complete up to 10000 held jobs in one round trip."""
+        res = None if results is None else [jsonb(r) for r in results]
+        params = (worker_id, list(job_ids), list(attempts), res)
+        return await self._rows(Completion, sql.COMPLETE_MANY, params)
+
+    async def fail(
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        error: str | None = None,
+        retry_delay_seconds: float | None = None,
+        dead_letter: bool | None = None,
+    ) -> FailOutcome:
+        """``job_fail``: record a failed attempt (PENDING after a backoff, or DEAD)."""
+        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
+        return (await self._rows(FailOutcome, sql.FAIL, params))[0]
+
+    async def renew_lease(
+        self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
+    ) -> datetime:
+        """``job_renew_lease``: push a held lease forward; returns the new lease end."""
+        params = (job_id, worker_id, attempt, lease_seconds)
+        lease_until: datetime = await self._scalar(sql.RENEW_LEASE, params)
+        return lease_until
+
+    async def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
+        """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
+        await self._scalar(sql.RELEASE, (job_id, worker_id, attempt))
+
+    async def reap(self, limit: int | None = None) -> list[ReapedJob]:
+        """``job_reap``: take back RUNNING jobs whose lease expired (retry later, or DEAD)."""
+        return await self._rows(ReapedJob, sql.REAP, (limit,))
+
+    async def counts(self) -> list[CountRow]:
+        """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
+        return await self._rows(CountRow, sql.COUNTS, ())
+
+    async def redrive(
+        self,
+        job_ids: Sequence[UUID] | None = None,
+        job_type: int | None = None,
+        limit: int | None = None,
+    ) -> list[UUID]:
+        """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
+        ids = None if job_ids is None else list(job_ids)
+        return await self._column(sql.REDRIVE, (ids, job_type, limit))
+
+    async def prune(self, older_than: timedelta, limit: int | None = None) -> int:
+        """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``."""
+        deleted: int = await self._scalar(sql.PRUNE, (older_than, limit))
+        return deleted
+
+    async def register_type(self, job_type: int, name: str) -> RegisteredType:
+        """``job_type_register``: register an application job type code (1..32767) and its name."""
+        return (await self._rows(RegisteredType, sql.TYPE_REGISTER, (job_type, name)))[0]
+
+    async def types(self) -> list[JobTypeInfo]:
+        """``job_types``: the registered job type codes and names."""
+        return await self._rows(JobTypeInfo, sql.TYPES, ())
+
+    async def schema_version(self) -> int:
+        """``schema_version``: the version of the pyjobq schema in this database."""
+        version: int = await self._scalar(sql.SCHEMA_VERSION, ())
+        return version

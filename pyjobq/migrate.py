@@ -1,0 +1,44 @@
+"""Apply pyjobq's shipped schema migrations to a database, using yoyo."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from urllib.parse import urlencode
+
+from psycopg.conninfo import conninfo_to_dict
+from yoyo import get_backend, read_migrations
+
+# How long a migrator waits for another one to finish before giving up (yoyo's lock).
+LOCK_TIMEOUT_SECONDS = 60
+
+
+def migrations_dir() -> Path:
+    """Return the directory of yoyo migration files: the installed copy, else the checkout's."""
+    shipped = resources.files("pyjobq") / "migrations"
+    if isinstance(shipped, Path) and shipped.is_dir():
+        return shipped
+    checkout = Path(__file__).resolve().parent.parent / "migrations"
+    if checkout.is_dir():
+        return checkout
+    raise RuntimeError(f"pyjobq migrations not found in {shipped} nor in {checkout}")
+
+
+def yoyo_url(dsn: str) -> str:
+    """Turn a libpq conninfo string or postgresql:// URL into a yoyo database URL.
+
+    Every parameter goes into the query string, which yoyo passes to psycopg.connect()
+    unchanged, so nothing is lost to URL quoting (yoyo does not unquote the path).
+    """
+    return "postgresql+psycopg:///?" + urlencode(conninfo_to_dict(dsn))
+
+
+def migrate(dsn: str) -> None:
+    """Bring the database at ``dsn`` up to the latest pyjobq schema; a no-op when it is.
+
+    Concurrent callers are serialised by yoyo's lock (a row in ``yoyo_lock``), so only
+    one of them applies each migration.
+    """
+    migrations = read_migrations(str(migrations_dir()))
+    with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
+        backend.apply_migrations(backend.to_apply(migrations))

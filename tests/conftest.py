@@ -1,0 +1,86 @@
+"""One throwaway server per run; each test gets a fresh database cloned from a migrated template."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pytest_postgresql import factories
+from pytest_postgresql.executors import NoopExecutor
+from pytest_postgresql.janitor import DatabaseJanitor
+
+from pyjobq.localpg import LocalPostgres
+from pyjobq.migrate import migrate
+
+# Durability is worthless for a server that is deleted after the run.
+SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[LocalPostgres]:
+    """The session's server; tests use .bindir for psql/pg_dump and .restart() for crashes."""
+    with LocalPostgres(settings=SERVER_SETTINGS) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: LocalPostgres) -> Iterator[NoopExecutor]:
+    """pytest-postgresql's handle on pg_server, once the migrated template database exists."""
+    executor = NoopExecutor(
+        host=pg_server.host,
+        port=pg_server.port,
+        user=pg_server.user,
+        options="",
+        dbname="pyjobq_test",
+    )
+    janitor = DatabaseJanitor(
+        user=executor.user,
+        host=executor.host,
+        port=executor.port,
+        dbname=executor.template_dbname,
+        as_template=True,
+    )
+    with janitor:
+        migrate(pg_server.dsn(executor.template_dbname))
+        yield executor
+
+
+# Creates the test's database from pg_template's template and drops it afterwards.
+pg_database = factories.postgresql("pg_template")
+
+
+@pytest.fixture
+def dsn(pg_server: LocalPostgres, pg_database: Connection) -> str:
+    """libpq conninfo of this test's fresh, migrated database."""
+    return pg_server.dsn(pg_database.info.dbname)
+
+
+@pytest.fixture
+def conn(pg_database: Connection) -> Connection:
+    """An autocommit connection to this test's database."""
+    pg_database.autocommit = True
+    return pg_database
+
+
+@pytest.fixture
+def make_conn(dsn: str) -> Iterator[Callable[[], Connection]]:
+    """Open extra autocommit connections to this test's database; all closed afterwards."""
+    opened: list[Connection] = []
+
+    def connect() -> Connection:
+        connection = psycopg.connect(dsn, autocommit=True)
+        opened.append(connection)
+        return connection
+
+    yield connect
+    for connection in opened:
+        connection.close()

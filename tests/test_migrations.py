@@ -1,0 +1,193 @@
+"""The yoyo migrations build exactly the canonical schema, once, however they are run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from yoyo import get_backend
+
+from pyjobq.localpg import LocalPostgres
+from pyjobq.migrate import migrate, migrations_dir, yoyo_url
+
+CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
+
+
+@pytest.fixture
+def new_database(pg_server: LocalPostgres) -> Iterator[Callable[[], str]]:
+    """Create empty databases (no pyjobq schema) and return their conninfo; dropped afterwards."""
+    names: list[str] = []
+
+    def create() -> str:
+        name = f"pyjobq_empty_{len(names)}"
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        names.append(name)
+        return pg_server.dsn(name)
+
+    yield create
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
+
+
+def schema_dump(pg_server: LocalPostgres, dsn: str) -> str:
+    """pg_dump of the pyjobq schema only: yoyo's bookkeeping tables live elsewhere."""
+    out = subprocess.run(
+        [str(pg_server.bindir / "pg_dump"), "--schema-only", "--schema=pyjobq", "--dbname", dsn],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # Newer pg_dump releases wrap the script in \restrict <random key> ... \unrestrict.
+    keyed = ("\\restrict ", "\\unrestrict ")
+    return "\n".join(line for line in out.splitlines() if not line.startswith(keyed))
+
+
+def applied_counts(dsn: str) -> dict[str, int]:
+    """How many times yoyo applied each migration to the database."""
+    with psycopg.connect(dsn) as connection:
+        rows = connection.execute(
+            "select migration_id, count(*) from _yoyo_log"
+            " where operation = 'apply' group by migration_id"
+        ).fetchall()
+    return dict(rows)
+
+
+def shipped_migration_ids() -> list[str]:
+    return sorted(
+        path.stem
+        for path in migrations_dir().glob("*.sql")
+        if not path.name.endswith(".rollback.sql")
+    )
+
+
+def test_migrations_build_the_canonical_schema(
+    pg_server: LocalPostgres, new_database: Callable[[], str]
+) -> None:
+    canonical = new_database()
+    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+    subprocess.run(
+        [*psql, "-1", "-f", str(CANONICAL_SQL), canonical],
+        capture_output=True,
+        check=True,
+    )
+    migrated = new_database()
+    migrate(migrated)
+
+    expected = schema_dump(pg_server, canonical)
+    assert "CREATE FUNCTION pyjobq." in expected
+    assert "COMMENT ON FUNCTION pyjobq." in expected
+    assert schema_dump(pg_server, migrated) == expected
+
+
+def test_yoyo_command_line_applies_the_migrations(
+    pg_server: LocalPostgres, new_database: Callable[[], str], tmp_path: Path
+) -> None:
+    by_cli = new_database()
+    dbname = psycopg.conninfo.conninfo_to_dict(by_cli)["dbname"]
+    url = f"postgresql+psycopg://{pg_server.user}@{pg_server.host}:{pg_server.port}/{dbname}"
+    yoyo_apply = [sys.executable, "-m", "yoyo", "apply", "--batch", "--no-config-file"]
+    subprocess.run(
+        [*yoyo_apply, "--database", url, str(migrations_dir())],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    by_api = new_database()
+    migrate(by_api)
+
+    assert schema_dump(pg_server, by_cli) == schema_dump(pg_server, by_api)
+    # Both paths keep the same bookkeeping, so migrate() sees the CLI's work as done.
+    migrate(by_cli)
+    assert applied_counts(by_cli) == dict.fromkeys(shipped_migration_ids(), 1)
+
+
+def test_concurrent_migrators_apply_each_migration_once(new_database: Callable[[], str]) -> None:
+    target = new_database()
+    script = "import sys; from pyjobq.migrate import migrate; migrate(sys.argv[1])"
+    migrators = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, target],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    stderrs = [migrator.communicate(timeout=120)[1] for migrator in migrators]
+
+    assert [migrator.returncode for migrator in migrators] == [0, 0], stderrs
+    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+
+
+def test_migrate_waits_for_the_yoyo_lock(new_database: Callable[[], str]) -> None:
+    target = new_database()
+    # yoyo's own tables first: creating them takes the lock whatever migrate() does.
+    with get_backend(yoyo_url(target)) as backend:
+        backend.ensure_internal_schema_updated()
+    holder = psycopg.connect(target)
+    # An uncommitted lock row: a second INSERT of it blocks on the primary key, which
+    # pg_stat_activity shows as a lock wait, instead of failing and polling.
+    holder.execute("insert into yoyo_lock (locked, ctime, pid) values (1, now(), 0)")
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate(target + " application_name=pyjobq_waiting_migrator")
+        except BaseException as exc:
+            errors.append(exc)
+
+    migrator = threading.Thread(target=run)
+    migrator.start()
+    # Activity is read from its own connection: inside a transaction it is a frozen snapshot.
+    observer = psycopg.connect(target, autocommit=True)
+    try:
+        deadline = time.monotonic() + 30
+        waiting = False
+        while not waiting and migrator.is_alive() and time.monotonic() < deadline:
+            waiting = observer.execute(
+                "select exists (select from pg_stat_activity"
+                " where application_name = 'pyjobq_waiting_migrator'"
+                " and wait_event_type = 'Lock' and query ilike '%yoyo_lock%')"
+            ).fetchone() == (True,)
+        assert waiting, errors
+        schema = observer.execute("select to_regnamespace('pyjobq')").fetchone()
+        assert schema == (None,)
+    finally:
+        observer.close()
+        holder.rollback()
+        holder.close()
+        migrator.join(timeout=120)
+
+    assert not migrator.is_alive()
+    assert errors == []
+    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+
+
+def test_migrate_again_is_a_no_op(
+    pg_server: LocalPostgres, new_database: Callable[[], str]
+) -> None:
+    target = new_database()
+    migrate(target)
+    before = schema_dump(pg_server, target)
+
+    dbname = psycopg.conninfo.conninfo_to_dict(target)["dbname"]
+    migrate(f"postgresql://{pg_server.user}@{pg_server.host}:{pg_server.port}/{dbname}")
+
+    assert schema_dump(pg_server, target) == before
+    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+
+
+def test_test_databases_come_fully_migrated(dsn: str) -> None:
+    migrate(dsn)
+
+    assert applied_counts(dsn) == dict.fromkeys(shipped_migration_ids(), 1)

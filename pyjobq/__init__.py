@@ -1,4 +1,4 @@
-"""pyjobq: a PostgreSQL job queue whose API is a set of SQL functions; this is its Python binding."""
+"""pyjobq: a PostgreSQL job queue whose API is SQL functions; this is their Python binding."""
 
 from pyjobq.errors import (
     InvalidArgument,

@@ -14,7 +14,9 @@ class PyjobqError(Exception):
 
     sqlstate: str | None = None
 
-    def __init__(self, message: str, *, sqlstate: str | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, sqlstate: str | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.hint = hint

@@ -178,7 +178,7 @@ class JobQueue:
     def renew_lease(
         self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
     ) -> datetime:
-        """``job_renew_lease``: push the lease of a held attempt forward; returns the new lease end."""
+        """``job_renew_lease``: extend the lease of a held attempt; returns the new lease end."""
         lease_until: datetime = self._scalar(
             sql.RENEW_LEASE, (job_id, worker_id, attempt, lease_seconds)
         )
@@ -202,7 +202,7 @@ class JobQueue:
         job_type: int | None = None,
         limit: int | None = None,
     ) -> list[UUID]:
-        """``job_redrive``: move DEAD jobs back to PENDING with fresh attempts; returns their ids."""
+        """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
         ids = None if job_ids is None else list(job_ids)
         return self._column(sql.REDRIVE, (ids, job_type, limit))
 

@@ -51,7 +51,7 @@ class ClaimedJob:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """A row of ``job_complete_many``: ``completed`` is false when the attempt was no longer held."""
+    """A row of ``job_complete_many``: ``completed`` is false for an attempt no longer held."""
 
     job_id: UUID
     completed: bool
@@ -70,7 +70,7 @@ class FailOutcome:
 
 @dataclass(frozen=True, slots=True)
 class ReapedJob:
-    """A row of ``job_reap``: a job taken back from ``worker_id`` whose lease on ``attempt`` expired."""
+    """A row of ``job_reap``: a job taken back from ``worker_id``, whose ``attempt`` expired."""
 
     job_id: UUID
     job_type: int
@@ -112,7 +112,7 @@ class JobTypeInfo:
 
 @dataclass(frozen=True, slots=True)
 class RegisteredType:
-    """The row of ``job_type_register``: ``created`` is false when the pair was already registered."""
+    """The row of ``job_type_register``: ``created`` is false if the pair was registered already."""
 
     job_type: int
     name: str

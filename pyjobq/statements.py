@@ -19,7 +19,8 @@ ENQUEUE_MANY: LiteralString = (
 CLAIM: LiteralString = "select * from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
 COMPLETE: LiteralString = "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb)"
 COMPLETE_MANY: LiteralString = (
-    "select job_id, completed from pyjobq.job_complete_many(%s::text, %s::uuid[], %s::int[], %s::jsonb[])"
+    "select job_id, completed from pyjobq.job_complete_many("
+    "%s::text, %s::uuid[], %s::int[], %s::jsonb[])"
 )
 FAIL: LiteralString = (
     "select status, run_after from pyjobq.job_fail("

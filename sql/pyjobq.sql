@@ -209,7 +209,7 @@ begin
   perform pyjobq._check_range('p_job_type', p_job_type, 1, 32767);
   perform 1 from pyjobq.job_type t where t.job_type = p_job_type;
   if not found then
-    raise exception 'job type % is not registered', p_job_type
+    raise exception 'p_job_type % is not a registered job type', p_job_type
       using errcode = '22023',
             hint = 'Register it first with pyjobq.job_type_register(code, name); pyjobq.job_types() lists the known ones.';
   end if;
@@ -534,6 +534,11 @@ returns table (
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+-- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
+-- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
+-- sorts off the table leaves the ordered scan of job_claim_idx, which stops
+-- after p_limit rows, whatever the statistics say.
+set enable_sort = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -815,6 +820,8 @@ returns table (job_id uuid, job_type int, status int, worker_id text, attempt in
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();

@@ -1,0 +1,140 @@
+"""JobQueue: one SQL call per method, typed rows and errors, the caller's transaction respected."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from pyjobq import (
+    ClaimedJob,
+    InvalidArgument,
+    JobAlreadyFinished,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+    JobType,
+    JobTypeConflict,
+    LeaseLost,
+)
+from tests.sqlhelp import FROZEN, freeze
+
+Conn = psycopg.Connection[Any]
+
+
+def test_full_lifecycle_through_the_binding(conn: Conn) -> None:
+    q = JobQueue(conn)
+    freeze(conn, FROZEN)
+    first = q.enqueue(JobType.SEARCH, {"query": "pg"}, dedupe_key="pg")
+    assert first.created
+    assert q.enqueue(JobType.SEARCH, {"query": "pg"}, dedupe_key="pg").job_id == first.job_id
+    (job,) = q.claim("w1", 10, lease_seconds=30)
+    assert isinstance(job, ClaimedJob)
+    assert (job.job_id, job.payload, job.attempt, job.lease_until) == (
+        first.job_id,
+        {"query": "pg"},
+        1,
+        FROZEN + timedelta(seconds=30),
+    )
+    assert q.renew_lease(job.job_id, "w1", job.attempt, 60) == FROZEN + timedelta(seconds=60)
+    outcome = q.fail(job.job_id, "w1", job.attempt, "boom", retry_delay_seconds=5)
+    assert (outcome.status, outcome.run_after) == (JobStatus.PENDING, FROZEN + timedelta(seconds=5))
+    freeze(conn, FROZEN + timedelta(seconds=5))
+    (job,) = q.claim("w1")
+    q.complete(job.job_id, "w1", job.attempt, {"hits": 3})
+    counts = {(c.job_type, c.status): c.jobs for c in q.counts()}
+    assert counts[(JobType.SEARCH, JobStatus.DONE)] == 1
+    assert q.schema_version() == 1
+
+
+def test_sqlstates_become_typed_exceptions_with_cause_and_hint(conn: Conn) -> None:
+    q = JobQueue(conn)
+    with pytest.raises(InvalidArgument) as bad:
+        q.claim("w1", 0)
+    assert bad.value.sqlstate == "22023"
+    assert isinstance(bad.value.__cause__, psycopg.Error)
+    with pytest.raises(InvalidArgument) as unknown:
+        q.enqueue(77)
+    assert unknown.value.hint
+    with pytest.raises(JobNotFound):
+        q.complete(uuid4(), "w1", 1)
+    job_id = q.enqueue(JobType.OUTBOX).job_id
+    q.claim("w1")
+    with pytest.raises(LeaseLost) as lost:
+        q.complete(job_id, "w2", 1)
+    assert lost.value.sqlstate == "JQ001"
+    q.complete(job_id, "w1", 1)
+    with pytest.raises(JobAlreadyFinished):
+        q.complete(job_id, "w1", 1)
+    with pytest.raises(JobTypeConflict):
+        q.register_type(1, "NOT_SEARCH")
+
+
+def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
+    q = JobQueue(conn)
+    enqueued = q.enqueue_many(JobType.OUTBOX, [{"i": i} for i in range(50)], priority=7)
+    assert len({e.job_id for e in enqueued}) == 50
+    jobs = q.claim("w1", 50)
+    assert sorted(j.payload["i"] for j in jobs) == list(range(50))
+    assert {j.priority for j in jobs} == {7}
+    done = q.complete_many("w1", [j.job_id for j in jobs], [j.attempt for j in jobs])
+    assert all(c.completed for c in done)
+    stale = q.complete_many("w1", [jobs[0].job_id], [jobs[0].attempt], [{"late": True}])
+    assert [c.completed for c in stale] == [False]
+
+
+def test_reap_redrive_prune_and_types(conn: Conn) -> None:
+    q = JobQueue(conn)
+    freeze(conn, FROZEN)
+    job_id = q.enqueue(JobType.SEARCH, max_attempts=1).job_id
+    q.claim("w1", lease_seconds=1)
+    freeze(conn, FROZEN + timedelta(seconds=2))
+    (reaped,) = q.reap()
+    assert (reaped.job_id, reaped.status, reaped.worker_id, reaped.attempt) == (
+        job_id,
+        JobStatus.DEAD,
+        "w1",
+        1,
+    )
+    assert q.redrive(job_type=JobType.SEARCH) == [job_id]
+    (job,) = q.claim("w2")
+    q.complete(job.job_id, "w2", job.attempt)
+    freeze(conn, FROZEN + timedelta(days=30))
+    assert q.prune(timedelta(days=7)) == 1
+    registered = q.register_type(10, "THUMBNAIL")
+    assert registered.created
+    assert [t.name for t in q.types()] == ["SEARCH", "OUTBOX", "THUMBNAIL"]
+
+
+def test_enqueue_joins_the_callers_transaction_outbox_style(dsn: str, conn: Conn) -> None:
+    conn.execute("create table orders (id int primary key)")
+    with psycopg.connect(dsn) as tx_conn:  # not autocommit: the caller owns the transaction
+        q = JobQueue(tx_conn)
+        tx_conn.execute("insert into orders values (1)")
+        q.enqueue(JobType.OUTBOX, {"order": 1})
+        tx_conn.rollback()
+        assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
+        tx_conn.execute("insert into orders values (2)")
+        q.enqueue(JobType.OUTBOX, {"order": 2})
+        assert conn.execute("select count(*) from pyjobq.job").fetchone() == (
+            0,
+        )  # not yet committed
+        tx_conn.commit()
+    assert conn.execute("select payload from pyjobq.job").fetchall() == [({"order": 2},)]
+    assert conn.execute("select id from orders").fetchall() == [(2,)]
+
+
+def test_a_pool_commits_each_call(dsn: str, conn: Conn) -> None:
+    with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
+        q = JobQueue(pool)
+        job_id = q.enqueue(JobType.SEARCH).job_id
+        assert conn.execute("select status from pyjobq.job").fetchone() == (JobStatus.PENDING,)
+        (job,) = q.claim("w1")
+        q.complete(job.job_id, "w1", job.attempt)
+    assert conn.execute(
+        "select status from pyjobq.job where job_id = %s", (job_id,)
+    ).fetchone() == (JobStatus.DONE,)

@@ -1,0 +1,150 @@
+"""Catalog promises: one signature per function, comments, pinned search_path, the claim plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+from pyjobq import JobStatus, JobType
+
+Conn = psycopg.Connection[Any]
+
+FUNCTIONS = """
+select p.proname, p.oid::regprocedure::text, p.proconfig, obj_description(p.oid, 'pg_proc')
+  from pg_proc p
+ where p.pronamespace = 'pyjobq'::regnamespace
+"""
+
+
+def test_no_function_is_overloaded(conn: Conn) -> None:
+    rows = conn.execute(FUNCTIONS).fetchall()
+    names = [r[0] for r in rows]
+    assert len(names) == len(set(names))
+    assert {"job_enqueue", "job_claim", "job_complete", "job_fail", "job_reap"} <= set(names)
+
+
+def test_every_function_is_commented_and_pins_its_search_path(conn: Conn) -> None:
+    for _, signature, config, comment in conn.execute(FUNCTIONS).fetchall():
+        assert comment, f"{signature} has no COMMENT ON"
+        assert config, f"{signature} has no SET clause"
+        assert any(c.startswith("search_path=pg_catalog") for c in config), signature
+
+
+def test_every_table_is_commented(conn: Conn) -> None:
+    rows = conn.execute(
+        "select c.relname, obj_description(c.oid, 'pg_class') from pg_class c"
+        " where c.relnamespace = 'pyjobq'::regnamespace and c.relkind = 'r'"
+    ).fetchall()
+    assert rows
+    assert all(comment for _, comment in rows), rows
+
+
+def test_unqualified_claim_works_with_the_documented_search_path(conn: Conn) -> None:
+    conn.execute("set search_path = public, pyjobq")
+    conn.execute("SELECT job_enqueue(1, '{}')")
+    rows = conn.execute("SELECT job_claim('w1', 10)").fetchall()
+    assert len(rows) == 1
+
+
+def test_functions_ignore_objects_planted_on_the_callers_search_path(conn: Conn) -> None:
+    conn.execute("create table public.job (job_id uuid, status smallint)")
+    conn.execute(
+        "create function public.clock_now() returns timestamptz language sql"
+        " as $$ select 'epoch'::timestamptz $$"
+    )
+    conn.execute("set search_path = public, pyjobq")
+    conn.execute("select job_enqueue(1, '{}')")
+    assert conn.execute("select count(*) from public.job").fetchone() == (0,)
+    assert conn.execute("select count(*) from job_claim('w1', 10)").fetchone() == (1,)
+
+
+def test_python_enums_match_the_sql_codes(conn: Conn) -> None:
+    statuses = conn.execute(
+        "select distinct status, status_name from pyjobq.job_counts()"
+    ).fetchall()
+    assert sorted(statuses) == sorted((s.value, s.name) for s in JobStatus)
+    types = dict(conn.execute("select job_type, name from pyjobq.job_types()").fetchall())
+    assert {t.value: t.name for t in JobType} == types
+    checks = conn.execute(
+        "select pg_get_constraintdef(oid) from pg_constraint where conname = 'job_status_valid'"
+    ).fetchone()
+    assert checks == (f"CHECK (((status >= {min(JobStatus)}) AND (status <= {max(JobStatus)})))",)
+
+
+def claim_plans(conn: Conn, calls: int) -> list[dict[str, Any]]:
+    """The plans of the claim's statement as auto_explain reports them for ``calls`` claims."""
+    plans: list[dict[str, Any]] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        text = diag.message_primary or ""
+        if "job_claim_idx" in text or "FOR UPDATE" in text or "pyjobq.job c" in text:
+            plans.append(json.loads(text[text.index("{") :]))
+
+    conn.add_notice_handler(keep)
+    conn.execute("load 'auto_explain'")
+    for setting, value in {
+        "auto_explain.log_min_duration": "0",
+        "auto_explain.log_nested_statements": "on",
+        "auto_explain.log_format": "json",
+        "auto_explain.log_level": "notice",
+    }.items():
+        conn.execute("select set_config(%s, %s, false)", (setting, value))
+    for _ in range(calls):
+        conn.execute("select * from pyjobq.job_claim('w1', 10)")
+    conn.execute("select set_config('auto_explain.log_min_duration', '-1', false)")
+    return plans
+
+
+def node_types(plan: Any) -> list[str]:
+    """Every node type and index name in a JSON plan, depth first."""
+    found: list[str] = []
+    if isinstance(plan, dict):
+        if "Node Type" in plan:
+            found.append(plan["Node Type"])
+        if "Index Name" in plan:
+            found.append(plan["Index Name"])
+        for value in plan.values():
+            found.extend(node_types(value))
+    elif isinstance(plan, list):
+        for value in plan:
+            found.extend(node_types(value))
+    return found
+
+
+def locking_scan(plan: Any) -> Any:
+    """The subtree under the plan's LockRows node: the scan that picks the jobs to claim."""
+    if isinstance(plan, dict):
+        if plan.get("Node Type") == "LockRows":
+            return plan
+        children = list(plan.values())
+    elif isinstance(plan, list):
+        children = plan
+    else:
+        return None
+    for child in children:
+        found = locking_scan(child)
+        if found is not None:
+            return found
+    return None
+
+
+def test_claim_on_a_bulk_loaded_never_analyzed_table_scans_the_claim_index(conn: Conn) -> None:
+    conn.execute("alter table pyjobq.job set (autovacuum_enabled = false)")
+    conn.execute(
+        "insert into pyjobq.job (job_type, payload, priority, run_after, created_at, updated_at)"
+        " select 1 + g % 2, '{}', g % 5, now() - interval '1 hour', now(), now()"
+        " from generate_series(1, 200000) g"
+    )
+    assert conn.execute(
+        "select last_analyze, last_autoanalyze from pg_stat_user_tables where relname = 'job'"
+    ).fetchone() == (None, None)
+    plans = claim_plans(conn, 7)  # past the 5 custom plans, into the generic one
+    assert len(plans) == 7
+    for plan in plans:
+        nodes = node_types(locking_scan(plan))
+        assert "job_claim_idx" in nodes, nodes
+        assert "Sort" not in nodes, nodes
+        assert not [n for n in nodes if n.startswith("Bitmap")], nodes
+        assert "Seq Scan" not in nodes, nodes

@@ -1,0 +1,255 @@
+"""The job lifecycle in SQL: claim, complete, fail, backoff, DEAD, renew, release, reap."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from tests.sqlhelp import FROZEN, claim, enqueue, freeze, raises_sqlstate, status_of
+
+Conn = psycopg.Connection[Any]
+
+
+def test_claim_leases_the_job_with_attempt_as_fencing_token(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    job_id = enqueue(conn)
+    row = conn.execute(
+        "select job_id, attempt, lease_until, max_attempts from pyjobq.job_claim('w1', 10, 30)"
+    ).fetchone()
+    assert row == (job_id, 1, FROZEN + timedelta(seconds=30), 3)
+    status, attempts, worker, _, lease = status_of(conn, job_id)
+    assert (status, attempts, worker, lease) == (2, 1, "w1", FROZEN + timedelta(seconds=30))
+    assert claim(conn, "w2") == []
+
+
+def test_claim_order_is_priority_then_due_time_and_skips_future_jobs(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    late = enqueue(conn, 1, "{}", 100, FROZEN - timedelta(seconds=1))
+    early = enqueue(conn, 1, "{}", 100, FROZEN - timedelta(seconds=5))
+    urgent = enqueue(conn, 1, "{}", 5, FROZEN)
+    enqueue(conn, 1, "{}", 0, FROZEN + timedelta(seconds=1))
+    assert [j for j, _ in claim(conn, limit=10)] == [urgent, early, late]
+
+
+def test_claim_filters_by_job_type(conn: Conn) -> None:
+    outbox = enqueue(conn, 2, "{}")
+    enqueue(conn, 1, "{}")
+    rows = conn.execute("select job_id from pyjobq.job_claim('w1', 10, null, array[2])").fetchall()
+    assert rows == [(outbox,)]
+
+
+def test_complete_stores_result_and_frees_the_lease(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    ((_, attempt),) = claim(conn)
+    conn.execute("select pyjobq.job_complete(%s, 'w1', %s, '{\"n\": 1}')", (job_id, attempt))
+    row = conn.execute(
+        "select status, result, lease_until from pyjobq.job where job_id = %s", (job_id,)
+    ).fetchone()
+    assert row == (3, {"n": 1}, None)
+
+
+def test_double_complete_is_job_already_finished(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    claim(conn)
+    conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (job_id,))
+    with raises_sqlstate("JQ003"):
+        conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (job_id,))
+    with raises_sqlstate("JQ003"):
+        conn.execute("select pyjobq.job_fail(%s, 'w1', 1, 'late')", (job_id,))
+
+
+def test_unknown_job_is_job_not_found(conn: Conn) -> None:
+    with raises_sqlstate("JQ002"):
+        conn.execute("select pyjobq.job_complete(gen_random_uuid(), 'w1', 1)")
+
+
+def test_fail_backs_off_exponentially_then_dead_letters(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    job_id = enqueue(conn)
+    now = FROZEN
+    for attempt, full_delay in ((1, 2.0), (2, 4.0)):
+        assert claim(conn) == [(job_id, attempt)]
+        status, run_after = conn.execute(
+            "select * from pyjobq.job_fail(%s, 'w1', %s, 'boom')", (job_id, attempt)
+        ).fetchone()
+        assert status == 1
+        delay = (run_after - now).total_seconds()
+        assert 0.75 * full_delay <= delay <= full_delay
+        assert claim(conn) == []  # not due during the backoff
+        now = run_after
+        freeze(conn, now)
+    assert claim(conn) == [(job_id, 3)]
+    status, _ = conn.execute(
+        "select * from pyjobq.job_fail(%s, 'w1', 3, 'boom')", (job_id,)
+    ).fetchone()
+    assert status == 4
+    assert conn.execute("select last_error from pyjobq.job").fetchone() == ("boom",)
+    freeze(conn, now + timedelta(days=1))
+    assert claim(conn) == []
+
+
+def test_backoff_is_capped_at_one_hour(conn: Conn) -> None:
+    delays = conn.execute(
+        "select extract(epoch from pyjobq.retry_backoff(a)) from generate_series(1, 40) a"
+    ).fetchall()
+    assert max(d for (d,) in delays) <= 3600
+    assert min(d for (d,) in delays[12:]) >= 0.75 * 3600
+
+
+def test_fail_with_explicit_delay_and_with_dead_letter(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    retry, dead = enqueue(conn), enqueue(conn)
+    claim(conn, limit=2)
+    out = conn.execute(
+        "select * from pyjobq.job_fail(%s, 'w1', 1, 'later', 90)", (retry,)
+    ).fetchone()
+    assert out == (1, FROZEN + timedelta(seconds=90))
+    out = conn.execute(
+        "select status from pyjobq.job_fail(%s, 'w1', 1, 'bad input', p_dead_letter => true)",
+        (dead,),
+    ).fetchone()
+    assert out == (4,)
+
+
+def test_huge_error_text_is_truncated_not_rejected(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    claim(conn)
+    conn.execute("select pyjobq.job_fail(%s, 'w1', 1, repeat('x', 1000000))", (job_id,))
+    assert conn.execute("select length(last_error) from pyjobq.job").fetchone() == (10000,)
+
+
+def test_renew_lease_extends_from_now(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    job_id = enqueue(conn)
+    claim(conn)
+    freeze(conn, FROZEN + timedelta(seconds=100))
+    lease = conn.execute("select pyjobq.job_renew_lease(%s, 'w1', 1, 600)", (job_id,)).fetchone()
+    assert lease == (FROZEN + timedelta(seconds=700),)
+    assert status_of(conn, job_id)[4] == FROZEN + timedelta(seconds=700)
+
+
+def test_release_gives_the_attempt_back(conn: Conn) -> None:
+    job_id = enqueue(conn)
+    claim(conn)
+    conn.execute("select pyjobq.job_release(%s, 'w1', 1)", (job_id,))
+    assert status_of(conn, job_id)[:3] == (1, 0, None)
+    assert claim(conn, "w2") == [(job_id, 1)]
+
+
+def test_stale_holder_cannot_touch_the_newer_attempt_even_with_the_same_worker_id(
+    conn: Conn,
+) -> None:
+    freeze(conn, FROZEN)
+    job_id = enqueue(conn)
+    claim(conn, "w1")
+    freeze(conn, FROZEN + timedelta(seconds=301))
+    assert conn.execute("select job_id, attempt from pyjobq.job_reap()").fetchall() == [(job_id, 1)]
+    freeze(conn, FROZEN + timedelta(hours=1))
+    assert claim(conn, "w1") == [(job_id, 2)]
+    for call in (
+        "select pyjobq.job_complete(%s, 'w1', 1)",
+        "select pyjobq.job_fail(%s, 'w1', 1, 'x')",
+        "select pyjobq.job_renew_lease(%s, 'w1', 1)",
+        "select pyjobq.job_release(%s, 'w1', 1)",
+        "select pyjobq.job_complete(%s, 'w2', 2)",
+    ):
+        with raises_sqlstate("JQ001"):
+            conn.execute(call, (job_id,))
+    assert status_of(conn, job_id)[:3] == (2, 2, "w1")
+    conn.execute("select pyjobq.job_complete(%s, 'w1', 2)", (job_id,))
+
+
+def test_reap_retries_with_backoff_then_dead_letters(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    enqueue(conn, 1, "{}", None, None, None, 2)
+    claim(conn)
+    assert conn.execute("select * from pyjobq.job_reap()").fetchall() == []  # lease still valid
+    now = FROZEN + timedelta(seconds=301)
+    freeze(conn, now)
+    ((_, _, status, worker, attempt, run_after),) = conn.execute(
+        "select * from pyjobq.job_reap()"
+    ).fetchall()
+    assert (status, worker, attempt) == (1, "w1", 1)
+    assert 1.5 <= (run_after - now).total_seconds() <= 2
+    freeze(conn, now + timedelta(seconds=2))
+    claim(conn, "w2")
+    freeze(conn, now + timedelta(seconds=1000))
+    reaped = conn.execute("select status, worker_id, attempt from pyjobq.job_reap()").fetchall()
+    assert reaped == [(4, "w2", 2)]
+    assert conn.execute("select last_error like 'lease expired%' from pyjobq.job").fetchone() == (
+        True,
+    )
+
+
+def test_reap_respects_its_limit(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    for _ in range(5):
+        enqueue(conn)
+    claim(conn, limit=5)
+    freeze(conn, FROZEN + timedelta(hours=1))
+    assert len(conn.execute("select * from pyjobq.job_reap(2)").fetchall()) == 2
+    assert len(conn.execute("select * from pyjobq.job_reap(10)").fetchall()) == 3
+
+
+def test_complete_many_reports_which_jobs_it_completed(conn: Conn) -> None:
+    a, b, c = enqueue(conn), enqueue(conn), enqueue(conn)
+    claim(conn, limit=3)
+    conn.execute("select pyjobq.job_release(%s, 'w1', 1)", (c,))
+    rows = conn.execute(
+        "select job_id, completed from pyjobq.job_complete_many('w1', %s, array[1, 2, 1],"
+        " array['{\"r\": 1}', null, null]::jsonb[])",
+        ([a, b, c],),
+    ).fetchall()
+    assert dict(rows) == {a: True, b: False, c: False}
+    assert status_of(conn, a)[0] == 3
+    assert status_of(conn, b)[0] == 2
+    assert conn.execute("select result from pyjobq.job where job_id = %s", (a,)).fetchone() == (
+        {"r": 1},
+    )
+
+
+def test_redrive_resets_dead_jobs_but_respects_an_active_duplicate(conn: Conn) -> None:
+    plain = enqueue(conn, 1, "{}", None, None, None, 1)
+    keyed = enqueue(conn, 1, "{}", None, None, "k", 1)
+    claim(conn, limit=2)
+    for job in (plain, keyed):
+        conn.execute("select pyjobq.job_fail(%s, 'w1', 1, 'x')", (job,))
+    holder = enqueue(conn, 1, "{}", None, None, "k")
+    assert holder != keyed
+    assert conn.execute("select job_id from pyjobq.job_redrive()").fetchall() == [(plain,)]
+    assert status_of(conn, plain)[:2] == (1, 0)
+    assert status_of(conn, keyed)[0] == 4
+    assert conn.execute(
+        "select count(*) from pyjobq.job_redrive(array[%s]::uuid[])", (keyed,)
+    ).fetchone() == (0,)
+
+
+def test_prune_deletes_old_finished_jobs_in_bounded_batches(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    done = [enqueue(conn) for _ in range(5)]
+    pending = enqueue(conn)
+    claim(conn, limit=5)
+    conn.execute("select pyjobq.job_complete_many('w1', %s, array_fill(1, array[5]))", (done,))
+    assert conn.execute("select pyjobq.job_prune('1 day')").fetchone() == (0,)
+    freeze(conn, FROZEN + timedelta(days=2))
+    assert conn.execute("select pyjobq.job_prune('1 day', 3)").fetchone() == (3,)
+    assert conn.execute("select pyjobq.job_prune('1 day', 3)").fetchone() == (2,)
+    assert conn.execute("select job_id from pyjobq.job").fetchall() == [(pending,)]
+
+
+def test_counts_cover_every_type_and_status_with_health_figures(conn: Conn) -> None:
+    freeze(conn, FROZEN - timedelta(seconds=60))
+    enqueue(conn)
+    enqueue(conn)
+    claim(conn)
+    freeze(conn, FROZEN + timedelta(hours=1))
+    rows = {
+        (r[0], r[2]): r[4:] for r in conn.execute("select * from pyjobq.job_counts()").fetchall()
+    }
+    assert len(rows) == 8  # 2 shipped types x 4 statuses, zeros included
+    assert rows[(1, 1)] == (1, 3660.0, None)
+    assert rows[(1, 2)] == (1, None, 1)
+    assert rows[(2, 1)] == (0, 0.0, None)
+    assert rows[(1, 3)] == (0, None, None)

@@ -1,4 +1,4 @@
-"""The SQL conformance suite: plain SQL scenarios run by psql and by node-postgres, diffed against goldens.
+"""The SQL conformance suite: SQL scenarios run by psql and node-postgres, diffed with goldens.
 
 Each ``tests/conformance/sql/NN_name.sql`` runs against a fresh database into which
 ``sql/pyjobq.sql`` was installed with ``psql -1``; what ``psql -X -a -q`` prints for it
@@ -52,9 +52,20 @@ def install(server: LocalPostgres, dbname: str) -> None:
         admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(dbname)))
         admin.execute(sql.SQL("create database {}").format(sql.Identifier(dbname)))
     subprocess.run(
-        [server.bindir / "psql", "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1",
-         "-f", ROOT / "sql" / "pyjobq.sql"],
-        env=client_env(server, dbname), check=True, capture_output=True, text=True,
+        [
+            server.bindir / "psql",
+            "-X",
+            "-q",
+            "-1",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-f",
+            ROOT / "sql" / "pyjobq.sql",
+        ],
+        env=client_env(server, dbname),
+        check=True,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -76,8 +87,10 @@ def compare(script: Path, actual: str, client: str) -> None:
     if actual != expected:
         diff = "".join(
             difflib.unified_diff(
-                expected.splitlines(keepends=True), actual.splitlines(keepends=True),
-                fromfile=str(golden.relative_to(ROOT)), tofile=f"{client} output",
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                fromfile=str(golden.relative_to(ROOT)),
+                tofile=f"{client} output",
             )
         )
         pytest.fail(f"{client} output of {script.name} differs from its golden:\n{diff}")
@@ -96,8 +109,12 @@ def test_psql(pg_server: LocalPostgres, scenario_db: str, script: Path) -> None:
     with script.open() as stdin:
         result = subprocess.run(
             [pg_server.bindir / "psql", "-X", "-a", "-q"],
-            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=client_env(pg_server, scenario_db), text=True, check=False,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=client_env(pg_server, scenario_db),
+            text=True,
+            check=False,
         )
     assert result.returncode == 0, result.stdout
     compare(script, result.stdout, "psql")
@@ -120,7 +137,10 @@ def node() -> str:
 def test_node_pg(pg_server: LocalPostgres, scenario_db: str, script: Path, node: str) -> None:
     result = subprocess.run(
         [node, NODE_DIR / "run-scenario.js", script],
-        capture_output=True, env=client_env(pg_server, scenario_db), text=True, check=False,
+        capture_output=True,
+        env=client_env(pg_server, scenario_db),
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     compare(script, result.stdout, "node-postgres")

@@ -271,10 +271,10 @@ begin
   end if;
   raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
     using errcode = 'JQ001',
-          detail = format('The job is %s at attempt %s, held by %s.',
+          detail = format('The job is %s at attempt %s, worker %s.',
                           case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
                                         when 3 then 'DONE' else 'DEAD' end,
-                          v_attempts, coalesce(v_worker, 'no worker')),
+                          v_attempts, coalesce(v_worker, 'none')),
           hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
 end;
 $$;

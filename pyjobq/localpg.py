@@ -153,7 +153,8 @@ class LocalPostgres:
         result = subprocess.run(command, cwd=self.base_dir, capture_output=True, text=True)
         if result.returncode != 0:
             log = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+            hint = f"\n({self.base_dir} must be usable by the {_OS_USER} OS user)"
             raise RuntimeError(
                 f"{shlex.join(command)} failed with exit code {result.returncode}:\n"
-                f"{result.stdout}{result.stderr}{log[-2000:]}"
+                f"{result.stdout}{result.stderr}{log[-2000:]}{hint if self._as_os_user else ''}"
             )

@@ -1,0 +1,574 @@
+"""Benchmark pyjobq's peers, and the raw-SQL ceiling, on one throwaway PostgreSQL.
+
+One LocalPostgres (pyjobq.localpg) with default settings serves every system;
+each system gets a fresh database per scenario run. Systems are programs that
+follow the contract in bench/peers/contract.py and are listed in SYSTEMS: to
+add one, write its driver and add one entry. The ceiling is pgbench running
+bench/ceiling/*.sql on the same cluster.
+
+    bench/setup
+    .venv/bin/python bench/run.py                  # N=20000, W=8
+    .venv/bin/python bench/run.py --workers 1,8,32 --enqueue-jobs 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+PEERS_PYTHON = BENCH / ".venv-peers" / "bin" / "python"
+DRIVER_TIMEOUT_S = 900
+CEILING = "ceiling"
+
+
+@dataclass(frozen=True)
+class System:
+    """A queue benchmarked through a driver that follows bench/peers/contract.py.
+
+    ``role`` is "peer" for the systems pyjobq is compared with ("best peer" is
+    taken over these) and "subject" for pyjobq itself.
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    role: Literal["peer", "subject"] = "peer"
+
+
+SYSTEMS: tuple[System, ...] = (
+    System("procrastinate", (str(PEERS_PYTHON), str(BENCH / "peers" / "procrastinate_drv.py"))),
+    System("pgqueuer", (str(PEERS_PYTHON), str(BENCH / "peers" / "pgqueuer_drv.py"))),
+    System("graphile-worker", ("node", str(BENCH / "peers" / "graphile.mjs"))),
+    System("pg-boss", ("node", str(BENCH / "peers" / "pgboss.mjs"))),
+    # pyjobq: add its driver (same contract, run with the project's own
+    # interpreter) and one entry here, e.g.
+    # System("pyjobq", (sys.executable, str(BENCH / "peers" / "pyjobq_drv.py")), role="subject"),
+)
+
+
+@dataclass
+class Figure:
+    """One measured number of one system in one scenario."""
+
+    scenario: str
+    system: str
+    metric: str
+    unit: str
+    value: float
+    better: Literal["higher", "lower"]
+    samples: list[float] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+class Cluster:
+    """The one server every system runs on, and its fresh databases."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def conninfo(self, dbname: str) -> dict[str, str]:
+        info = conninfo_to_dict(self.server.dsn(dbname))
+        return {k: str(v) for k, v in info.items() if v is not None}
+
+    def connect(self, dbname: str) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.server.dsn(dbname), autocommit=True)
+
+    def libpq_env(self, dbname: str) -> dict[str, str]:
+        info = self.conninfo(dbname)
+        names = {
+            "host": "PGHOST",
+            "port": "PGPORT",
+            "user": "PGUSER",
+            "password": "PGPASSWORD",
+            "dbname": "PGDATABASE",
+        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update({names[k]: v for k, v in info.items() if k in names})
+        return env
+
+    @contextmanager
+    def fresh_database(self, name: str) -> Iterator[str]:
+        with self.connect("postgres") as conn:
+            conn.execute(
+                sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+            )
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        try:
+            yield name
+        finally:
+            with self.connect("postgres") as conn:
+                conn.execute(
+                    sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+                )
+
+    def settle(self, dbname: str, analyze: bool = False) -> None:
+        """Put every system in the same state before a timed phase."""
+        with self.connect(dbname) as conn:
+            if analyze:
+                conn.execute("analyze")
+            conn.execute("checkpoint")
+
+    def describe(self) -> dict[str, Any]:
+        with self.connect("postgres") as conn:
+            version = conn.execute("select version()").fetchone()
+            rows = conn.execute(
+                "select name, setting, unit from pg_settings"
+                " where source not in ('default', 'override')"
+                " or name in ('shared_buffers', 'synchronous_commit', 'fsync', 'max_connections',"
+                " 'wal_level', 'autovacuum', 'work_mem', 'checkpoint_timeout', 'max_wal_size')"
+                " order by name"
+            ).fetchall()
+        return {
+            "version": version[0] if version else None,
+            "settings": {name: f"{setting}{unit or ''}" for name, setting, unit in rows},
+        }
+
+
+def call_driver(cluster: Cluster, system: System, dbname: str, *args: object) -> dict[str, Any]:
+    argv = [*system.argv, *(str(a) for a in args)]
+    proc = subprocess.run(
+        argv,
+        env=cluster.libpq_env(dbname),
+        capture_output=True,
+        text=True,
+        timeout=DRIVER_TIMEOUT_S,
+        cwd=BENCH,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise DriverError(
+            f"{system.name} {' '.join(map(str, args))} exited {proc.returncode}:\n"
+            + proc.stderr[-3000:]
+        )
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+# --- scenarios ---------------------------------------------------------------
+#
+# A scenario takes the run's context and one system and returns its figures.
+# (4) claim cost vs backlog, (5) drain with a pinned xmin and (6) sustained
+# rate will be further entries of SCENARIOS, each with its driver command.
+
+
+@dataclass
+class Context:
+    cluster: Cluster
+    args: argparse.Namespace
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # system -> setup answer
+
+
+def db_name(system: str, scenario: str) -> str:
+    return "bench_" + re.sub(r"[^a-z0-9]+", "_", f"{system}_{scenario}".lower())
+
+
+def setup_system(ctx: Context, system: System, dbname: str) -> None:
+    answer = call_driver(ctx.cluster, system, dbname, "setup")
+    ctx.info.setdefault(system.name, answer)
+
+
+def scenario_enqueue(ctx: Context, system: System) -> list[Figure]:
+    n = ctx.args.enqueue_jobs
+    with ctx.cluster.fresh_database(db_name(system.name, "enqueue")) as db:
+        setup_system(ctx, system, db)
+        ctx.cluster.settle(db)
+        got = call_driver(ctx.cluster, system, db, "enqueue", n)
+    return [
+        Figure(
+            "enqueue",
+            system.name,
+            f"bulk enqueue N={n}",
+            "jobs/s",
+            n / got["seconds"],
+            "higher",
+            detail=got,
+        )
+    ]
+
+
+def scenario_drain(ctx: Context, system: System) -> list[Figure]:
+    n = ctx.args.jobs
+    figures = []
+    for w in ctx.args.workers:
+        with ctx.cluster.fresh_database(db_name(system.name, f"drain{w}")) as db:
+            setup_system(ctx, system, db)
+            call_driver(ctx.cluster, system, db, "enqueue", n)
+            ctx.cluster.settle(db, analyze=True)
+            got = call_driver(ctx.cluster, system, db, "drain", n, w)
+        if not got.get("verified", {}).get("ok"):
+            raise DriverError(f"{system.name} drain did not finish every job: {got}")
+        figures.append(
+            Figure(
+                f"drain W={w}",
+                system.name,
+                f"drain N={n} W={w}",
+                "jobs/s",
+                n / got["seconds"],
+                "higher",
+                detail=got,
+            )
+        )
+    return figures
+
+
+def scenario_latency(ctx: Context, system: System) -> list[Figure]:
+    k, w = ctx.args.latency_probes, ctx.args.latency_workers
+    with ctx.cluster.fresh_database(db_name(system.name, "latency")) as db:
+        setup_system(ctx, system, db)
+        ctx.cluster.settle(db)
+        got = call_driver(ctx.cluster, system, db, "latency", k, w)
+    if got.get("lost"):
+        raise DriverError(f"{system.name} lost {got['lost']} latency probes: {got}")
+    return [
+        Figure(
+            "latency p50",
+            system.name,
+            f"pickup p50 K={k} W={w}",
+            "ms",
+            got["p50_ms"],
+            "lower",
+            detail=got,
+        ),
+        Figure(
+            "latency p99",
+            system.name,
+            f"pickup p99 K={k} W={w}",
+            "ms",
+            got["p99_ms"],
+            "lower",
+            detail=got,
+        ),
+    ]
+
+
+SCENARIOS: dict[str, Callable[[Context, System], list[Figure]]] = {
+    "enqueue": scenario_enqueue,
+    "drain": scenario_drain,
+    "latency": scenario_latency,
+}
+
+
+# --- the raw-SQL ceiling -------------------------------------------------------
+
+
+def pgbench(ctx: Context, dbname: str, script: str, clients: int, *extra: str) -> dict[str, float]:
+    info = ctx.cluster.conninfo(dbname)
+    argv = [
+        str(Path(ctx.cluster.server.bindir) / "pgbench"),
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(clients),
+        "-j",
+        str(min(clients, os.cpu_count() or 1)),
+        "-f",
+        str(BENCH / "ceiling" / script),
+        *extra,
+        "-h",
+        info.get("host", ""),
+        "-p",
+        info.get("port", "5432"),
+        "-U",
+        info.get("user", ""),
+        dbname,
+    ]
+    env = {**os.environ, **({"PGPASSWORD": info["password"]} if "password" in info else {})}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=DRIVER_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise DriverError(
+            f"pgbench {script} exited {proc.returncode}:\n"
+            + proc.stdout[-2000:]
+            + proc.stderr[-2000:]
+        )
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", proc.stdout)
+    done = re.search(r"number of transactions actually processed: (\d+)", proc.stdout)
+    if not tps or not done:
+        raise DriverError(f"cannot read pgbench output:\n{proc.stdout}")
+    return {"tps": float(tps.group(1)), "transactions": float(done.group(1))}
+
+
+def ceiling_enqueue(ctx: Context) -> list[Figure]:
+    n = ctx.args.enqueue_jobs
+    with ctx.cluster.fresh_database(db_name(CEILING, "enqueue")) as db:
+        with ctx.cluster.connect(db) as conn:
+            conn.execute((BENCH / "ceiling" / "schema.sql").read_text())
+        ctx.cluster.settle(db)
+        with ctx.cluster.connect(db) as conn:
+            started = time.perf_counter()
+            conn.execute(
+                "insert into ceiling_job (payload) select '{}' from generate_series(1, %s)", (n,)
+            )
+            seconds = time.perf_counter() - started
+    return [
+        Figure(
+            "enqueue",
+            CEILING,
+            f"insert N={n} rows, one statement",
+            "jobs/s",
+            n / seconds,
+            "higher",
+            detail={"seconds": seconds},
+        )
+    ]
+
+
+def ceiling_drain(ctx: Context) -> list[Figure]:
+    n, figures = ctx.args.jobs, []
+    for w in ctx.args.workers:
+        with ctx.cluster.fresh_database(db_name(CEILING, f"drain{w}")) as db:
+            with ctx.cluster.connect(db) as conn:
+                conn.execute((BENCH / "ceiling" / "schema.sql").read_text())
+                conn.execute("insert into ceiling_counter (id) select generate_series(1, %s)", (n,))
+                conn.execute(
+                    "insert into ceiling_job (payload) select '{}' from generate_series(1, %s)",
+                    (n,),
+                )
+            ctx.cluster.settle(db, analyze=True)
+            upd = pgbench(
+                ctx,
+                db,
+                "update_by_pk.sql",
+                w,
+                "-T",
+                str(ctx.args.ceiling_seconds),
+                "-D",
+                f"rows={n}",
+            )
+            ctx.cluster.settle(db)
+            per_client = n // w
+            started = time.perf_counter()
+            cyc = pgbench(ctx, db, "claim_complete.sql", w, "-t", str(per_client))
+            wall = time.perf_counter() - started
+            with ctx.cluster.connect(db) as conn:
+                row = conn.execute(
+                    "select count(*) filter (where state = 'done') from ceiling_job"
+                ).fetchone()
+            done = int(row[0]) if row else 0
+            if done != per_client * w:
+                raise DriverError(
+                    f"ceiling claim/complete finished {done} of {per_client * w} jobs"
+                )
+        figures.append(
+            Figure(
+                f"drain W={w}",
+                CEILING,
+                f"SKIP LOCKED claim-1 + complete, N={done} W={w}",
+                "jobs/s",
+                cyc["tps"],
+                "higher",
+                detail={**cyc, "wall_s": wall, "done": done},
+            )
+        )
+        figures.append(
+            Figure(
+                f"update-by-pk W={w}",
+                CEILING,
+                f"UPDATE by primary key, {ctx.args.ceiling_seconds}s W={w}",
+                "tps",
+                upd["tps"],
+                "higher",
+                detail=upd,
+            )
+        )
+    return figures
+
+
+CEILINGS: dict[str, Callable[[Context], list[Figure]]] = {
+    "enqueue": ceiling_enqueue,
+    "drain": ceiling_drain,
+}
+
+
+# --- report ------------------------------------------------------------------------
+
+
+def median_figures(runs: Sequence[list[Figure]]) -> list[Figure]:
+    """Merge repeated runs: same (scenario, system, metric) -> median value."""
+    merged: dict[tuple[str, str, str], Figure] = {}
+    for figures in runs:
+        for f in figures:
+            key = (f.scenario, f.system, f.metric)
+            if key not in merged:
+                merged[key] = Figure(
+                    f.scenario, f.system, f.metric, f.unit, f.value, f.better, detail=f.detail
+                )
+            merged[key].samples.append(f.value)
+    for f in merged.values():
+        f.value = statistics.median(f.samples)
+    return list(merged.values())
+
+
+def ratio(a: float, b: float | None) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def report(figures: list[Figure], ctx: Context, roles: dict[str, str]) -> str:
+    lines = [
+        "| scenario | system | version | figure | value | x ceiling | x best peer |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for scenario in dict.fromkeys(f.scenario for f in figures):
+        group = [f for f in figures if f.scenario == scenario]
+        ceiling = next((f.value for f in group if f.system == CEILING), None)
+        peers = [f.value for f in group if roles.get(f.system) == "peer"]
+        best = (max(peers) if group[0].better == "higher" else min(peers)) if peers else None
+        for f in group:
+            version = ctx.info.get(f.system, {}).get(
+                "version", "PostgreSQL" if f.system == CEILING else ""
+            )
+            value = f"{f.value:,.0f} {f.unit}" if f.unit != "ms" else f"{f.value:.2f} ms"
+            spread = (
+                f" ({min(f.samples):,.0f}..{max(f.samples):,.0f})"
+                if len(f.samples) > 1 and f.unit != "ms"
+                else ""
+            )
+            lines.append(
+                f"| {scenario} | {f.system} | {version} | {f.metric} | {value}{spread} "
+                f"| {ratio(f.value, ceiling) if f.system != CEILING else ''} "
+                f"| {ratio(f.value, best) if roles.get(f.system) != 'ceiling' else ''} |"
+            )
+    lines += ["", "| system | settings |", "|---|---|"]
+    for name, answer in ctx.info.items():
+        settings = "; ".join(f"{k}={v}" for k, v in answer.get("settings", {}).items())
+        lines.append(f"| {name} | {settings} |")
+    return "\n".join(lines)
+
+
+# --- main --------------------------------------------------------------------------
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--jobs", type=int, default=20_000, help="N for the drain scenario (default 20000)"
+    )
+    p.add_argument(
+        "--enqueue-jobs", type=int, default=20_000, help="N for bulk enqueue (e.g. 200000)"
+    )
+    p.add_argument("--workers", type=int_list, default=[8], help="W values for drain, e.g. 1,8,32")
+    p.add_argument(
+        "--latency-probes", type=int, default=200, help="K single enqueues, ~20 ms apart"
+    )
+    p.add_argument("--latency-workers", type=int, default=8, help="W of the idle workers")
+    p.add_argument(
+        "--ceiling-seconds", type=int, default=10, help="duration of the UPDATE-by-pk run"
+    )
+    p.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help=f"subset of {','.join(SCENARIOS)}"
+    )
+    p.add_argument(
+        "--systems",
+        default=",".join([s.name for s in SYSTEMS] + [CEILING]),
+        help="subset of systems",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="runs per figure; the median is reported")
+    p.add_argument(
+        "--base-dir", default=None, help="LocalPostgres base directory (default: temporary)"
+    )
+    p.add_argument("--results", type=Path, default=BENCH / "results", help="where the JSON goes")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from pyjobq.localpg import LocalPostgres
+
+    wanted = set(args.systems.split(","))
+    systems = [s for s in SYSTEMS if s.name in wanted]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"unknown scenarios: {unknown}")
+    roles = {s.name: s.role for s in systems} | {CEILING: "ceiling"}
+
+    server = LocalPostgres(base_dir=Path(args.base_dir) if args.base_dir else None)
+    server.start()
+    started = time.perf_counter()
+    try:
+        ctx = Context(Cluster(server), args)
+        runs: list[list[Figure]] = []
+        for rep in range(args.repeat):
+            figures: list[Figure] = []
+            for scenario in scenarios:
+                if CEILING in wanted and scenario in CEILINGS:
+                    print(
+                        f"[{rep + 1}/{args.repeat}] {scenario}: ceiling",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    figures += CEILINGS[scenario](ctx)
+                for system in systems:
+                    print(
+                        f"[{rep + 1}/{args.repeat}] {scenario}: {system.name}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    figures += SCENARIOS[scenario](ctx, system)
+            runs.append(figures)
+        merged = median_figures(runs)
+        server_info = ctx.cluster.describe()
+    finally:
+        server.stop()
+
+    table = report(merged, ctx, roles)
+    print(table)
+    args.results.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = args.results / f"peers-{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "created_at": stamp,
+                "wall_seconds": round(time.perf_counter() - started, 1),
+                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                },
+                "server": server_info,
+                "systems": ctx.info,
+                "figures": [asdict(f) for f in merged],
+                "runs": [[asdict(f) for f in run] for run in runs],
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"\nresults: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}", file=sys.stderr
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Counters a :class:`~pyjobq.worker.Worker` keeps, and the hooks it calls around each job."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyjobq.rows import ClaimedJob
+
+
+@dataclass
+class WorkerMetrics:
+    """What one worker did since it started; read it any time, it is only ever added to.
+
+    ``round_trips`` counts every statement the worker sent for jobs (claim, complete_many,
+    fail, renew_lease, release, reap), so ``round_trips / (completed + failed)`` is the cost
+    per job. ``latency_*`` measure from the moment a job was due to the moment a handler
+    started it.
+    """
+
+    claimed: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead: int = 0
+    timed_out: int = 0
+    lease_lost: int = 0
+    released: int = 0
+    renewed: int = 0
+    reaped: int = 0
+    round_trips: int = 0
+    claims: int = 0
+    flushes: int = 0
+    db_errors: int = 0
+    latency_seconds_total: float = 0.0
+    latency_seconds_max: float = 0.0
+
+    def observe_latency(self, seconds: float) -> None:
+        self.latency_seconds_total += seconds
+        self.latency_seconds_max = max(self.latency_seconds_max, seconds)
+
+    def round_trips_per_job(self) -> float:
+        finished = self.completed + self.failed
+        return self.round_trips / finished if finished else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "round_trips_per_job": round(self.round_trips_per_job(), 4)}
+
+
+class WorkerHooks:
+    """Subclass and pass to a Worker to observe jobs; every method is a no-op here.
+
+    Hooks run on the worker's event loop and must not block.
+    """
+
+    def on_job_start(self, job: ClaimedJob) -> None:
+        """A handler is about to run ``job``."""
+
+    def on_job_end(self, job: ClaimedJob, outcome: str, error: BaseException | None) -> None:
+        """``job`` finished: ``outcome`` is completed, retry, dead, lease_lost or abandoned."""

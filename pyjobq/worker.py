@@ -1,0 +1,668 @@
+"""``Worker``: runs handlers for claimed jobs: batched, with heartbeats, wake-ups and a clean drain.
+
+Architecture: one asyncio event loop per process drives everything through
+:class:`~pyjobq.aio.AsyncJobQueue`. ``async def`` handlers run on that loop;
+plain functions run in a thread pool of ``concurrency`` threads. Around them:
+
+* the claimer takes up to the free capacity (running + prefetched jobs) in one
+  ``job_claim`` and waits for a NOTIFY, free room or the poll interval;
+* runners start prefetched jobs; a job that waited more than a fraction of its
+  lease in the prefetch buffer is released instead;
+* the flusher completes finished jobs with ``job_complete_many`` a few
+  milliseconds after the first of a batch finished;
+* the heartbeat renews the lease of every running job well before it ends; a
+  lease found lost marks the job so its result is dropped, never completed;
+* the listener LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
+* the reaper calls ``job_reap`` every ``reap_interval`` seconds, with jitter.
+
+Every statement goes through one wrapper that counts round trips and turns a
+lost connection into a logged retry with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import time
+import traceback
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.errors import JobStateError, LeaseLost
+from pyjobq.metrics import WorkerHooks, WorkerMetrics
+from pyjobq.queue import Payload
+from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
+
+T = TypeVar("T")
+
+SyncHandler = Callable[[ClaimedJob], Payload | None]
+AsyncHandler = Callable[[ClaimedJob], Awaitable[Payload | None]]
+Handler = SyncHandler | AsyncHandler
+
+CHANNEL = "pyjobq_job"
+
+# Errors that mean "the database is not reachable right now": retry with backoff.
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    PoolTimeout,
+)
+
+log = logging.getLogger("pyjobq.worker")
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and retry after ``delay_seconds``.
+
+    ``None`` keeps the queue's exponential backoff. With no attempts left the job is DEAD.
+    """
+
+    def __init__(self, delay_seconds: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_seconds = delay_seconds
+
+
+class DeadLetter(Exception):
+    """Raise from a handler to fail the job for good (DEAD), whatever attempts remain."""
+
+
+def make_worker_id() -> str:
+    """``host:pid:random``, unique per process and at most 80 characters (the SQL limit)."""
+    suffix = f":{os.getpid()}:{secrets.token_hex(4)}"
+    return socket.gethostname()[: 80 - len(suffix)] + suffix
+
+
+def error_text(error: BaseException) -> str:
+    """The exception and the last frames of its traceback, as kept in ``last_error``."""
+    return "".join(traceback.format_exception(error, limit=-5)).strip()
+
+
+@dataclass(eq=False)
+class _Held:
+    """A job this worker holds a lease on, from claim to complete/fail/release."""
+
+    job: ClaimedJob
+    claimed_at: float
+    renewed_at: float
+    lost: bool = False
+    result: Payload | None = None
+    task: asyncio.Future[Any] | None = field(default=None, repr=False)
+
+
+class Worker:
+    """Claims jobs of the handled types and runs them; see the module docstring.
+
+    ``source`` is a libpq conninfo/URL (the worker opens a small pool and, unless
+    ``listen`` is false, one LISTEN connection) or an :class:`AsyncConnectionPool`
+    whose connections are in autocommit mode. ``handlers`` maps job type codes to
+    functions taking the :class:`ClaimedJob` and returning a JSON object (the
+    job's result) or ``None``; raising :class:`Retry` or :class:`DeadLetter`
+    chooses what happens next, any other exception fails the attempt with the
+    default backoff.
+    """
+
+    def __init__(
+        self,
+        source: str | AsyncConnectionPool,
+        handlers: Mapping[int, Handler],
+        *,
+        concurrency: int = 8,
+        prefetch: int | None = None,
+        lease_seconds: int = 60,
+        job_timeout: float | None = None,
+        listen: bool = True,
+        poll_interval: float = 5.0,
+        reap_interval: float = 30.0,
+        flush_delay: float = 0.01,
+        flush_batch: int = 1000,
+        prefetch_lease_fraction: float = 0.25,
+        shutdown_timeout: float = 30.0,
+        worker_id: str | None = None,
+        hooks: WorkerHooks | None = None,
+    ) -> None:
+        if not handlers:
+            raise ValueError("handlers must map at least one job type to a function")
+        if concurrency < 1 or lease_seconds < 1 or poll_interval <= 0:
+            raise ValueError("concurrency, lease_seconds and poll_interval must be positive")
+        self.source = source
+        self.handlers = {int(t): h for t, h in handlers.items()}
+        self.job_types = sorted(self.handlers)
+        self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
+        self.lease_seconds = lease_seconds
+        self.job_timeout = job_timeout
+        self.listen = listen
+        self.poll_interval = poll_interval
+        self.reap_interval = reap_interval
+        self.flush_delay = flush_delay
+        self.flush_batch = min(flush_batch, 10000)
+        self.max_prefetch_age = lease_seconds * prefetch_lease_fraction
+        self.shutdown_timeout = shutdown_timeout
+        self.worker_id = worker_id or make_worker_id()
+        self.hooks = hooks or WorkerHooks()
+        self.metrics = WorkerMetrics()
+        # Set once the worker is connected and claiming (tests and supervisors wait on it).
+        self.ready = asyncio.Event()
+        self.abandoned = 0
+        self._buffer: deque[_Held] = deque()
+        self._running: set[_Held] = set()
+        self._done: list[_Held] = []
+        self._notified = asyncio.Event()
+        self._room = asyncio.Event()
+        self._job_ready = asyncio.Event()
+        self._have_done = asyncio.Event()
+        self._flush_now = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._hard_stop = asyncio.Event()
+        self._stopping = False
+        self._draining = False
+        self._closing = False
+        self._pool: AsyncConnectionPool | None = None
+        self._queue: AsyncJobQueue | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._async_types = {t for t, h in self.handlers.items() if _is_async(h)}
+
+    # -- control -------------------------------------------------------------
+
+    def stop(self, graceful: bool = True) -> None:
+        """Ask the worker to stop: drain (default) or stop at once. Safe from the loop only."""
+        self._stop_requested.set()
+        if not graceful:
+            self._hard_stop.set()
+
+    def run(self) -> WorkerMetrics:
+        """Run until SIGTERM/SIGINT (a second signal stops at once); returns the metrics."""
+        return asyncio.run(self._run_with_signals())
+
+    async def _run_with_signals(self) -> WorkerMetrics:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        try:
+            return await self.serve()
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self._stop_requested.is_set():
+            log.warning("%s again: stopping at once", name, extra=self._extra())
+            self.stop(graceful=False)
+        else:
+            log.info("%s: draining (send it again to stop at once)", name, extra=self._extra())
+            self.stop()
+
+    # -- main ----------------------------------------------------------------
+
+    async def serve(self) -> WorkerMetrics:
+        """Run until :meth:`stop`; returns the metrics. The coroutine form of :meth:`run`."""
+        await self._probe()
+        own_pool = isinstance(self.source, str)
+        if isinstance(self.source, str):
+            self._pool = AsyncConnectionPool(
+                self.source,
+                min_size=1,
+                max_size=4,
+                kwargs={"autocommit": True},
+                timeout=5.0,
+                open=False,
+                name=f"pyjobq-{self.worker_id}",
+            )
+            await self._pool.open(wait=True, timeout=10.0)
+        else:
+            self._pool = self.source
+        self._queue = AsyncJobQueue(self._pool)
+        if len(self._async_types) < len(self.handlers):
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyjobq-job")
+        tasks = {
+            "claimer": self._spawn(self._claimer()),
+            "flusher": self._spawn(self._flusher()),
+            "heartbeat": self._spawn(self._heartbeat()),
+            "reaper": self._spawn(self._reaper()),
+        }
+        if self.listen:
+            tasks["listener"] = self._spawn(self._listener())
+        runners = [self._spawn(self._runner()) for _ in range(self.concurrency)]
+        log.info(
+            "worker started",
+            extra=self._extra(job_types=self.job_types, concurrency=self.concurrency),
+        )
+        self.ready.set()
+        try:
+            await self._stop_requested.wait()
+            await self._drain(tasks, runners)
+        finally:
+            for task in [*tasks.values(), *runners]:
+                task.cancel()
+            await asyncio.gather(*tasks.values(), *runners, return_exceptions=True)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            if own_pool and self._pool is not None:
+                await self._pool.close(timeout=1.0)
+        log.info("worker stopped", extra=self._extra(metrics=self.metrics.as_dict()))
+        return self.metrics
+
+    async def _probe(self) -> None:
+        """Fail fast, with the real error, when the database is unreachable or not migrated."""
+        conninfo, kwargs = self._conninfo()
+        async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
+            await AsyncJobQueue(conn).schema_version()
+
+    async def _drain(
+        self, tasks: dict[str, asyncio.Task[None]], runners: list[asyncio.Task[None]]
+    ) -> None:
+        self._stopping = True
+        self._notified.set()
+        self._room.set()
+        hard = asyncio.ensure_future(self._hard_stop.wait())
+        try:
+            await asyncio.wait([tasks["claimer"], hard], return_when=asyncio.FIRST_COMPLETED)
+            if not self._hard_stop.is_set():
+                await self._release(list(self._buffer))
+            self._buffer.clear()
+            self._draining = True
+            self._job_ready.set()
+            if self._running and not self._hard_stop.is_set():
+                log.info("waiting for %d running jobs", len(self._running), extra=self._extra())
+            await self._wait_runners(runners, hard)
+            for held in list(self._running):
+                self.abandoned += 1
+                self.hooks.on_job_end(held.job, "abandoned", None)
+                log.warning(
+                    "job still running at shutdown: left to its lease",
+                    extra=self._extra(held.job),
+                )
+                if held.task is not None:
+                    held.task.cancel()
+            if not self._hard_stop.is_set():
+                self._closing = True
+                self._flush_now.set()
+                self._have_done.set()
+                await asyncio.wait([tasks["flusher"], hard], timeout=self.shutdown_timeout)
+        finally:
+            hard.cancel()
+
+    async def _wait_runners(
+        self, runners: list[asyncio.Task[None]], hard: asyncio.Future[Any]
+    ) -> None:
+        """Wait for the runners to finish their jobs, until the deadline or a hard stop."""
+        deadline = time.monotonic() + self.shutdown_timeout
+        pending: set[asyncio.Future[Any]] = set(runners)
+        while pending and not self._hard_stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            _, pending = await asyncio.wait(
+                [*pending, hard], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(hard)
+
+    # -- the database --------------------------------------------------------
+
+    def _conninfo(self) -> tuple[str, dict[str, Any]]:
+        if isinstance(self.source, str):
+            return self.source, {"autocommit": True}
+        conninfo, kwargs = self.source.conninfo, self.source.kwargs
+        if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+            raise TypeError("the worker needs a pool whose conninfo and kwargs are plain values")
+        return conninfo, {**kwargs, "autocommit": True}
+
+    @property
+    def queue(self) -> AsyncJobQueue:
+        if self._queue is None:
+            raise RuntimeError("the worker is not running")
+        return self._queue
+
+    async def _call(self, operation: Coroutine[Any, Any, T]) -> T:
+        """Await one queue statement, counting it as a round trip."""
+        self.metrics.round_trips += 1
+        try:
+            return await operation
+        except CONNECTION_ERRORS:
+            self.metrics.db_errors += 1
+            raise
+
+    async def _backoff(self, failures: int, what: str, error: BaseException) -> None:
+        delay = min(5.0, 0.05 * 2**failures) * random.uniform(0.5, 1.0)
+        log.warning(
+            "%s failed, retrying in %.2fs: %s",
+            what,
+            delay,
+            str(error).strip() or type(error).__name__,
+            extra=self._extra(),
+        )
+        with _suppress_timeout():
+            await asyncio.wait_for(self._hard_stop.wait(), delay)
+
+    # -- claiming ------------------------------------------------------------
+
+    def _room_for(self) -> int:
+        if len(self._buffer) > self.prefetch // 2:
+            return 0
+        room = self.concurrency + self.prefetch - len(self._running) - len(self._buffer)
+        return max(0, min(room, 1000))
+
+    async def _claimer(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self._room.clear()
+            want = self._room_for()
+            if want == 0:
+                await self._room.wait()
+                continue
+            self._notified.clear()
+            started = time.monotonic()
+            try:
+                jobs = await self._call(
+                    self.queue.claim(self.worker_id, want, self.lease_seconds, self.job_types)
+                )
+            except CONNECTION_ERRORS as e:
+                failures += 1
+                await self._backoff(failures, "claim", e)
+                continue
+            failures = 0
+            self.metrics.claims += 1
+            self.metrics.claimed += len(jobs)
+            held = [_Held(job, started, started) for job in jobs]
+            if self._stopping:
+                await self._release(held)
+                return
+            self._buffer.extend(held)
+            if held:
+                self._job_ready.set()
+            if len(jobs) < want:
+                # Nothing more is due: sleep until a NOTIFY, the reaper, or the poll.
+                timeout = self.poll_interval * random.uniform(0.9, 1.1)
+                with _suppress_timeout():
+                    await asyncio.wait_for(self._notified.wait(), timeout)
+
+    async def _release(self, held: list[_Held]) -> None:
+        for h in held:
+            for failures in range(1, 6):
+                try:
+                    await self._call(
+                        self.queue.release(h.job.job_id, self.worker_id, h.job.attempt)
+                    )
+                    self.metrics.released += 1
+                    break
+                except JobStateError:
+                    break  # reaped meanwhile: nothing to give back
+                except CONNECTION_ERRORS as e:
+                    if self._hard_stop.is_set():
+                        return
+                    await self._backoff(failures, "release", e)
+
+    # -- running -------------------------------------------------------------
+
+    async def _runner(self) -> None:
+        while True:
+            while not self._buffer:
+                if self._draining:
+                    return
+                self._job_ready.clear()
+                await self._job_ready.wait()
+            held = self._buffer.popleft()
+            self._room.set()
+            if time.monotonic() - held.claimed_at > self.max_prefetch_age:
+                await self._release([held])
+                continue
+            self._running.add(held)
+            try:
+                await self._run(held)
+            finally:
+                self._running.discard(held)
+                self._room.set()
+
+    async def _run(self, held: _Held) -> None:
+        job = held.job
+        self.metrics.started += 1
+        self.metrics.observe_latency(max(0.0, (datetime.now(UTC) - job.run_after).total_seconds()))
+        self.hooks.on_job_start(job)
+        handler = self.handlers[job.job_type]
+        if job.job_type in self._async_types:
+            coro: Awaitable[Payload | None] = handler(job)  # type: ignore[assignment]
+            held.task = asyncio.ensure_future(coro)
+        else:
+            loop = asyncio.get_running_loop()
+            held.task = loop.run_in_executor(self._executor, handler, job)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
+        except Retry as e:
+            await self._fail(held, e, e.delay_seconds, False)
+        except DeadLetter as e:
+            await self._fail(held, e, None, True)
+        except TimeoutError as e:
+            held.task.cancel()
+            self.metrics.timed_out += 1
+            timeout = TimeoutError(f"handler did not finish within {self.job_timeout}s")
+            timeout.__cause__ = e
+            await self._fail(held, timeout, None, False)
+        except Exception as e:
+            await self._fail(held, e, None, False)
+        else:
+            if held.lost:
+                self._lost(held)
+                return
+            held.result = result
+            self._done.append(held)
+            self._have_done.set()
+            if len(self._done) >= self.flush_batch:
+                self._flush_now.set()
+
+    def _lost(self, held: _Held) -> None:
+        self.metrics.lease_lost += 1
+        self.hooks.on_job_end(held.job, "lease_lost", None)
+        log.warning("lease lost: result dropped", extra=self._extra(held.job))
+
+    async def _fail(
+        self, held: _Held, error: BaseException, delay: float | None, dead_letter: bool
+    ) -> None:
+        job = held.job
+        text = error_text(error)
+        failures = 0
+        while True:
+            try:
+                outcome: FailOutcome = await self._call(
+                    self.queue.fail(
+                        job.job_id, self.worker_id, job.attempt, text, delay, dead_letter
+                    )
+                )
+                break
+            except LeaseLost:
+                self._lost(held)
+                return
+            except JobStateError as e:
+                log.error("job could not be failed: %s", e, extra=self._extra(job))
+                return
+            except CONNECTION_ERRORS as e:
+                failures += 1
+                if self._hard_stop.is_set():
+                    return
+                await self._backoff(failures, "fail", e)
+        self.metrics.failed += 1
+        dead = outcome.status is JobStatus.DEAD
+        if dead:
+            self.metrics.dead += 1
+        else:
+            self.metrics.retried += 1
+        self.hooks.on_job_end(job, "dead" if dead else "retry", error)
+        log.warning(
+            "job failed: %s",
+            "dead" if dead else f"retry at {outcome.run_after.isoformat()}",
+            extra=self._extra(job, error=str(error) or type(error).__name__),
+        )
+
+    # -- completing ----------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        failures = 0
+        while True:
+            await self._have_done.wait()
+            if not self._closing:
+                with _suppress_timeout():
+                    await asyncio.wait_for(self._flush_now.wait(), self.flush_delay)
+            self._flush_now.clear()
+            while self._done:
+                batch = self._done[: self.flush_batch]
+                try:
+                    await self._complete(batch)
+                except CONNECTION_ERRORS as e:
+                    failures += 1
+                    await self._backoff(failures, "complete_many", e)
+                    break
+                failures = 0
+                del self._done[: len(batch)]
+            if not self._done:
+                self._have_done.clear()
+                if self._closing:
+                    return
+
+    async def _complete(self, batch: list[_Held]) -> None:
+        rows = await self._call(
+            self.queue.complete_many(
+                self.worker_id,
+                [h.job.job_id for h in batch],
+                [h.job.attempt for h in batch],
+                [h.result for h in batch],
+            )
+        )
+        self.metrics.flushes += 1
+        completed = {r.job_id for r in rows if r.completed}
+        for held in batch:
+            if held.job.job_id in completed:
+                self.metrics.completed += 1
+                self.hooks.on_job_end(held.job, "completed", None)
+            else:
+                self._lost(held)
+
+    # -- leases, wake-ups, reaping -------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        tick = max(0.05, self.lease_seconds / 6)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            stale = [h for h in self._buffer if now - h.claimed_at > self.max_prefetch_age]
+            for h in stale:
+                self._buffer.remove(h)
+            if stale:
+                self._room.set()
+                await self._release(stale)
+            due = [
+                h
+                for h in [*self._running, *self._done]
+                if not h.lost and now - h.renewed_at > self.lease_seconds / 3
+            ]
+            for held in due:
+                await self._renew(held)
+
+    async def _renew(self, held: _Held) -> None:
+        job = held.job
+        started = time.monotonic()
+        try:
+            await self._call(
+                self.queue.renew_lease(job.job_id, self.worker_id, job.attempt, self.lease_seconds)
+            )
+            held.renewed_at = started
+            self.metrics.renewed += 1
+        except LeaseLost:
+            held.lost = True
+            log.warning("lease lost while running", extra=self._extra(job))
+        except JobStateError as e:
+            held.lost = True
+            log.warning("lease not renewed: %s", e, extra=self._extra(job))
+        except CONNECTION_ERRORS as e:
+            log.warning("renew_lease failed: %s", e, extra=self._extra(job))
+
+    async def _reaper(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval * random.uniform(0.5, 1.5))
+            try:
+                reaped = await self._call(self.queue.reap())
+            except CONNECTION_ERRORS as e:
+                log.warning("reap failed: %s", e, extra=self._extra())
+                continue
+            if reaped:
+                self.metrics.reaped += len(reaped)
+                log.info(
+                    "reaped %d expired leases",
+                    len(reaped),
+                    extra=self._extra(workers=sorted({r.worker_id for r in reaped})),
+                )
+                self._notified.set()
+
+    async def _listener(self) -> None:
+        conninfo, kwargs = self._conninfo()
+        failures = 0
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
+                    await conn.execute(f"listen {CHANNEL}")
+                    failures = 0
+                    # Anything enqueued while we were not listening was not announced.
+                    self._notified.set()
+                    while not self._stopping:
+                        async for notify in conn.notifies(timeout=1.0):
+                            if self._wanted(notify.payload):
+                                self._notified.set()
+            except CONNECTION_ERRORS as e:
+                failures += 1
+                await self._backoff(failures, "listen", e)
+
+    def _wanted(self, payload: str) -> bool:
+        try:
+            return not payload or int(payload) in self.handlers
+        except ValueError:
+            return True
+
+    # -- helpers -------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "worker task crashed: stopping",
+                exc_info=task.exception(),
+                extra=self._extra(),
+            )
+            self.stop(graceful=False)
+
+    def _extra(self, job: ClaimedJob | None = None, **fields: Any) -> dict[str, Any]:
+        extra: dict[str, Any] = {"worker_id": self.worker_id, **fields}
+        if job is not None:
+            extra.update(job_id=str(job.job_id), job_type=job.job_type, attempt=job.attempt)
+        return extra
+
+
+def _is_async(handler: Handler) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+class _suppress_timeout:
+    """``with _suppress_timeout(): await asyncio.wait_for(...)``: a timeout is a normal wake-up."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, TimeoutError)

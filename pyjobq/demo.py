@@ -1,0 +1,353 @@
+"""``pyjobq demo``: a real workload on a throwaway server, with a crash, verified at the end.
+
+Orders are inserted into ``demo.orders`` in the same transactions as their SEARCH and
+OUTBOX jobs; several worker processes run the jobs, some of which fail and retry or end
+DEAD; one worker is SIGKILLed mid-run so its leases expire and are reaped. The handlers
+record each (job, attempt) they ran in ``demo.effects``, whose primary key catches any
+attempt run twice. The summary checks every job finished exactly as expected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pyjobq.localpg import LocalPostgres
+from pyjobq.migrate import migrate
+from pyjobq.queue import JobQueue, Payload
+from pyjobq.rows import ClaimedJob, JobType
+from pyjobq.worker import DeadLetter, Retry
+
+DSN_ENV = "PYJOBQ_DEMO_DSN"
+BATCH = 500
+LEASE_SECONDS = 2
+
+SCHEMA = """
+drop schema if exists demo cascade;
+create schema demo;
+create table demo.orders (
+  order_id bigint primary key,
+  customer text not null,
+  amount numeric(10, 2) not null,
+  search_job uuid not null,
+  outbox_job uuid not null
+);
+-- One row per attempt a handler ran; the key makes a second run of one attempt fail loudly.
+create table demo.effects (
+  job_id uuid not null,
+  attempt int not null,
+  job_type int not null,
+  pid int not null,
+  constraint effects_pkey primary key (job_id, attempt)
+);
+create table demo.duplicates (job_id uuid not null, attempt int not null, pid int not null);
+"""
+
+ENQUEUE_ORDERS = """
+insert into demo.orders (order_id, customer, amount, search_job, outbox_job)
+select o.id, 'customer ' || (o.id %% 97), (o.id %% 1000) / 10.0, o.search_job, o.outbox_job
+  from unnest(%s::bigint[], %s::uuid[], %s::uuid[]) as o(id, search_job, outbox_job)
+"""
+
+
+# -- the handlers the worker processes run ------------------------------------
+
+
+def is_poison_search(order_id: int) -> bool:
+    """SEARCH jobs that always fail: retried with backoff, then DEAD."""
+    return order_id % 250 == 7
+
+
+def is_flaky_search(order_id: int) -> bool:
+    """SEARCH jobs whose first attempt asks for a quick retry."""
+    return order_id % 10 == 3
+
+
+def is_rejected_outbox(order_id: int) -> bool:
+    """OUTBOX jobs the handler dead-letters at once."""
+    return order_id % 400 == 11
+
+
+_sync_pool: ConnectionPool | None = None
+_async_pool: AsyncConnectionPool | None = None
+
+RECORD = "insert into demo.effects values (%s, %s, %s, %s) on conflict do nothing"
+DUPLICATE = "insert into demo.duplicates values (%s, %s, %s)"
+
+
+def search(job: ClaimedJob) -> Payload:
+    """A sync handler (thread pool): index the order, failing on purpose for some."""
+    global _sync_pool
+    if _sync_pool is None:
+        _sync_pool = ConnectionPool(os.environ[DSN_ENV], min_size=1, max_size=16, open=True)
+    order_id = int(job.payload["order_id"])
+    with _sync_pool.connection() as conn:
+        cur = conn.execute(RECORD, (job.job_id, job.attempt, job.job_type, os.getpid()))
+        if cur.rowcount == 0:
+            conn.execute(DUPLICATE, (job.job_id, job.attempt, os.getpid()))
+    time.sleep(0.002)
+    if is_poison_search(order_id):
+        raise ValueError(f"order {order_id}: document cannot be indexed")
+    if is_flaky_search(order_id) and job.attempt == 1:
+        raise Retry(0.2, "search index busy")
+    return {"indexed": order_id}
+
+
+async def outbox(job: ClaimedJob) -> Payload:
+    """An async handler (event loop): publish the order event, rejecting some."""
+    global _async_pool
+    if _async_pool is None:
+        _async_pool = AsyncConnectionPool(os.environ[DSN_ENV], min_size=1, max_size=8, open=False)
+        await _async_pool.open()
+    order_id = int(job.payload["order_id"])
+    async with _async_pool.connection() as conn:
+        cur = await conn.execute(RECORD, (job.job_id, job.attempt, job.job_type, os.getpid()))
+        if cur.rowcount == 0:
+            await conn.execute(DUPLICATE, (job.job_id, job.attempt, os.getpid()))
+    await asyncio.sleep(0.002)
+    if is_rejected_outbox(order_id):
+        raise DeadLetter(f"order {order_id}: recipient rejected the event")
+    return {"published": order_id}
+
+
+HANDLERS = {JobType.SEARCH: search, JobType.OUTBOX: outbox}
+
+
+# -- the driver ----------------------------------------------------------------
+
+
+def enqueue_orders(conn: psycopg.Connection[Any], first: int, count: int) -> None:
+    """One transaction: the orders and their two jobs each, all or nothing."""
+    q = JobQueue(conn)
+    ids = list(range(first, first + count))
+    searches = q.enqueue_many(JobType.SEARCH, [{"order_id": i} for i in ids])
+    outboxes = q.enqueue_many(JobType.OUTBOX, [{"order_id": i, "event": "created"} for i in ids])
+    conn.execute(
+        ENQUEUE_ORDERS,
+        (ids, [s.job_id for s in searches], [o.job_id for o in outboxes]),
+    )
+
+
+def status_tally(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    # The job table is private to pyjobq; the demo reads it only to check its own jobs.
+    rows = conn.execute(
+        """
+        select j.status, count(*)
+          from demo.orders o
+          join pyjobq.job j on j.job_id in (o.search_job, o.outbox_job)
+         group by j.status
+        """
+    ).fetchall()
+    names = {1: "pending", 2: "running", 3: "done", 4: "dead"}
+    tally = dict.fromkeys(names.values(), 0)
+    for status, n in rows:
+        tally[names[status]] = n
+    return tally
+
+
+def run_demo(
+    dsn: str | None, *, jobs: int = 6000, workers: int = 3, concurrency: int = 16, kill: bool = True
+) -> bool:
+    """Run the demo; returns whether every check passed."""
+    with ExitStack() as stack:
+        if dsn is None:
+            click.echo("starting a throwaway PostgreSQL server ...")
+            server = LocalPostgres(
+                settings={
+                    "fsync": "off",
+                    "synchronous_commit": "off",
+                    "full_page_writes": "off",
+                    "max_connections": "200",
+                    "jit": "off",
+                }
+            )
+            stack.enter_context(server)
+            dsn = server.dsn()
+        migrate(dsn)
+        work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pyjobq-demo-")))
+        return _run(dsn, work_dir, jobs, workers, concurrency, kill)
+    return False
+
+
+def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, kill: bool) -> bool:
+    orders = max(1, jobs // 2)
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(SCHEMA)
+    env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": "pyjobq-demo-worker"}
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = work_dir / "workers.log"
+    log_file = logs.open("wb")
+    click.echo(
+        f"{orders} orders -> {2 * orders} jobs (SEARCH sync handler, OUTBOX async handler), "
+        f"{workers} worker processes x {concurrency}, leases {LEASE_SECONDS}s"
+    )
+    for n in range(workers):
+        command = [
+            sys.executable, "-m", "pyjobq", "worker", "pyjobq.demo:HANDLERS",
+            "--dsn", dsn, "--concurrency", str(concurrency), "--lease", str(LEASE_SECONDS),
+            "--reap-interval", "1", "--poll-interval", "1", "--shutdown-timeout", "10",
+            "--metrics-file", str(work_dir / f"metrics-{n}.json"), "--log-level", "WARNING",
+        ]  # fmt: skip
+        procs.append(subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file))
+    try:
+        return _drive(conn, dsn, work_dir, procs, orders, kill)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log_file.close()
+        conn.close()
+
+
+def _drive(
+    conn: psycopg.Connection[Any],
+    dsn: str,
+    work_dir: Path,
+    procs: list[subprocess.Popen[bytes]],
+    orders: int,
+    kill: bool,
+) -> bool:
+    # Atomicity first: a batch whose transaction rolls back leaves neither orders nor jobs.
+    with psycopg.connect(dsn) as tx:
+        enqueue_orders(tx, 10_000_000, 10)
+        tx.rollback()
+    total = 2 * orders
+    started = time.monotonic()
+    killed: subprocess.Popen[bytes] | None = None
+    next_id = 1
+    tty = sys.stdout.isatty()
+    last_line = 0.0
+    finished_at = None
+    while True:
+        if next_id <= orders:
+            count = min(BATCH, orders - next_id + 1)
+            with psycopg.connect(dsn) as tx:
+                enqueue_orders(tx, next_id, count)
+            next_id += count
+        else:
+            time.sleep(0.2)
+        tally = status_tally(conn)
+        finished = tally["done"] + tally["dead"]
+        if kill and killed is None and finished >= total * 0.3 and tally["running"]:
+            killed = procs[0]
+            killed.send_signal(signal.SIGKILL)
+            killed.wait()
+            click.echo(
+                f"{'' if not tty else chr(10)}SIGKILLed worker pid {killed.pid} holding jobs "
+                f"mid-run; its {LEASE_SECONDS}s leases will be reaped by the others"
+            )
+        now = time.monotonic()
+        line = (
+            f"  pending {tally['pending']:6d}  running {tally['running']:4d}  "
+            f"done {tally['done']:6d}  dead {tally['dead']:4d}  "
+            f"{finished / max(now - started, 1e-9):7.0f} jobs/s"
+        )
+        if tty:
+            click.echo("\r" + line, nl=False)
+        elif now - last_line >= 2:
+            click.echo(line)
+            last_line = now
+        if next_id > orders and finished == total:
+            finished_at = now
+            break
+        if now - started > 300:
+            click.echo("\ngave up after 300 s: see the worker log " + str(work_dir), err=True)
+            return False
+    if tty:
+        click.echo()
+    elapsed = finished_at - started
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        p.wait(timeout=30)
+    metrics = [json.loads(f.read_text()) for f in sorted(work_dir.glob("metrics-*.json"))]
+    return _summarise(conn, metrics, orders, elapsed, killed)
+
+
+def _summarise(
+    conn: psycopg.Connection[Any],
+    metrics: list[dict[str, Any]],
+    orders: int,
+    elapsed: float,
+    killed: subprocess.Popen[bytes] | None,
+) -> bool:
+    total = 2 * orders
+
+    def one(query: str, params: tuple[Any, ...] = ()) -> Any:
+        row = conn.execute(query, params).fetchone()
+        return None if row is None else row[0]
+
+    tally = status_tally(conn)
+    jobs_of_demo = """
+        from demo.orders o join pyjobq.job j on j.job_id in (o.search_job, o.outbox_job)
+    """
+    expected_dead = sum(is_poison_search(i) for i in range(1, orders + 1)) + sum(
+        is_rejected_outbox(i) for i in range(1, orders + 1)
+    )
+    unexpected = one(
+        "select count(*) "
+        + jobs_of_demo
+        + """
+         where (j.status = 4) <> ((j.job_type = 1 and o.order_id %% 250 = 7)
+                                  or (j.job_type = 2 and o.order_id %% 400 = 11))
+        """
+    )
+    retries = one("select coalesce(sum(j.attempts - 1), 0) " + jobs_of_demo)
+    duplicates = one("select count(*) from demo.duplicates")
+    missing_effect = one(
+        "select count(*) "
+        + jobs_of_demo
+        + """
+         where j.status = 3
+           and not exists (select 1 from demo.effects e
+                            where e.job_id = j.job_id and e.attempt = j.attempts)
+        """
+    )
+    rolled_back = one("select count(*) from demo.orders where order_id >= 10000000")
+    rolled_back_jobs = one(
+        "select count(*) from pyjobq.job where (payload->>'order_id')::bigint >= 10000000"
+    )
+    reaped = sum(m["reaped"] for m in metrics)
+    completed = sum(m["completed"] for m in metrics)
+    round_trips = sum(m["round_trips"] for m in metrics)
+    finished_by_survivors = sum(m["completed"] + m["failed"] for m in metrics)
+    checks = [
+        (tally["done"] + tally["dead"] == total, f"all {total} jobs DONE or DEAD"),
+        (unexpected == 0, f"DEAD are exactly the {expected_dead} poison/rejected jobs"),
+        (duplicates == 0, "no (job, attempt) ran twice"),
+        (missing_effect == 0, "every DONE job's final attempt ran its handler"),
+        (completed <= tally["done"], "no job completed twice (completions <= DONE rows)"),
+        (rolled_back == 0 and rolled_back_jobs == 0, "rolled-back batch left no orders, no jobs"),
+    ]
+    if killed is not None:
+        checks.append((reaped > 0, f"leases of the killed worker reaped ({reaped})"))
+    click.echo("")
+    click.echo(f"orders            {orders}")
+    click.echo(f"jobs              {total}: {tally['done']} DONE, {tally['dead']} DEAD")
+    click.echo(f"elapsed           {elapsed:.1f} s, {total / elapsed:.0f} jobs/s")
+    click.echo(f"retries           {retries} (attempts beyond the first)")
+    click.echo(f"reaped leases     {reaped} (taken back from the killed worker, run again)")
+    if finished_by_survivors:
+        per_job = round_trips / finished_by_survivors
+        click.echo(f"round trips/job   {per_job:.3f} (surviving workers)")
+    ok = True
+    for passed, text in checks:
+        ok &= passed
+        click.secho(f"  {'ok  ' if passed else 'FAIL'} {text}", fg="green" if passed else "red")
+    click.secho("demo verified" if ok else "demo FAILED", bold=True, fg="green" if ok else "red")
+    return ok

@@ -301,6 +301,7 @@ create function pyjobq.job_type_register(p_job_type int, p_name text)
 returns table (job_type int, name text, created boolean)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -333,6 +334,7 @@ create function pyjobq.job_types()
 returns table (job_type int, name text)
 language sql
 stable
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text from pyjobq.job_type t order by t.job_type
@@ -353,6 +355,7 @@ create function pyjobq.job_enqueue(
 returns table (job_id uuid, created boolean)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -417,6 +420,7 @@ create function pyjobq.job_enqueue_many(
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -533,6 +537,7 @@ returns table (
 )
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
@@ -607,6 +612,7 @@ create function pyjobq.job_complete(
 returns void
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -642,6 +648,7 @@ create function pyjobq.job_complete_many(
 returns table (job_id uuid, completed boolean)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -698,6 +705,7 @@ create function pyjobq.job_fail(
 returns table (status int, run_after timestamptz)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -754,6 +762,7 @@ create function pyjobq.job_renew_lease(
 returns timestamptz
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -788,6 +797,7 @@ create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt in
 returns void
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -819,6 +829,7 @@ create function pyjobq.job_reap(p_limit int default null)
 returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
 set enable_sort = off
@@ -879,6 +890,7 @@ create function pyjobq.job_redrive(
 returns table (job_id uuid)
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -937,6 +949,7 @@ create function pyjobq.job_prune(p_older_than interval, p_limit int default null
 returns bigint
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
@@ -982,6 +995,7 @@ returns table (
 )
 language sql
 stable
+security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   with tally as (
@@ -1011,3 +1025,79 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped.';
+
+-- Privileges ------------------------------------------------------------------
+
+-- The tables are private: roles other than the owner reach the queue only
+-- through the job_* functions, which run with the owner's rights (security
+-- definer) and pin their search_path, so a caller can neither touch rows
+-- directly nor redirect a name to an object of its own. Nothing is executable
+-- by PUBLIC; the group roles below get exactly what their job needs.
+revoke all on all functions in schema pyjobq from public;
+
+create function pyjobq.grant_roles()
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_missing text[];
+begin
+  select array_agg(r.name order by r.name)
+    into v_missing
+    from unnest(array['pyjobq_producer', 'pyjobq_worker', 'pyjobq_observer', 'pyjobq_admin']) as r(name)
+   where not exists (select 1 from pg_roles g where g.rolname = r.name);
+  if v_missing is not null then
+    if not exists (select 1 from pg_roles g
+                    where g.rolname = current_user and (g.rolsuper or g.rolcreaterole)) then
+      raise notice 'pyjobq: group roles % not created: role % may not create roles', v_missing, current_user
+        using hint = 'Have a role with CREATEROLE run: select pyjobq.grant_roles();';
+      return;
+    end if;
+    if 'pyjobq_producer' = any (v_missing) then create role pyjobq_producer nologin; end if;
+    if 'pyjobq_worker' = any (v_missing) then create role pyjobq_worker nologin; end if;
+    if 'pyjobq_observer' = any (v_missing) then create role pyjobq_observer nologin; end if;
+    if 'pyjobq_admin' = any (v_missing) then create role pyjobq_admin nologin; end if;
+  end if;
+
+  grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_types(), pyjobq.schema_version(), pyjobq.clock_now()
+    to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int)
+    to pyjobq_producer;
+  grant execute on function
+    pyjobq.job_claim(text, int, int, int[]),
+    pyjobq.job_complete(uuid, text, int, jsonb),
+    pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
+    pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
+    pyjobq.job_renew_lease(uuid, text, int, int),
+    pyjobq.job_release(uuid, text, int),
+    pyjobq.job_reap(int)
+    to pyjobq_worker;
+  grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_redrive(uuid[], int, int),
+    pyjobq.job_prune(interval, int),
+    pyjobq.job_type_register(int, text),
+    pyjobq.job_reap(int)
+    to pyjobq_admin;
+end;
+$$;
+
+revoke all on function pyjobq.grant_roles() from public;
+
+comment on function pyjobq.grant_roles() is
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue), pyjobq_worker (claim, complete, fail, renew, '
+  'release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, reap, redrive, prune, register types) '
+  'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
+  'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
+
+do $$
+begin
+  perform pyjobq.grant_roles();
+end;
+$$;

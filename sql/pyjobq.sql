@@ -69,7 +69,7 @@ as $$
 $$;
 
 comment on function pyjobq.schema_version() is
-  'Version of the pyjobq schema installed in this database; clients refuse to run against a newer one.';
+  'Version of the pyjobq schema installed in this database: 1 + the number of schema changes since the first release.';
 
 -- Storage --------------------------------------------------------------------
 
@@ -556,6 +556,12 @@ begin
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   if p_job_types is null then
     select array_agg(t.job_type) into v_types from pyjobq.job_type t;
+  elsif exists (select 1
+                  from unnest(p_job_types) as u(code)
+                 where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null to claim every registered type.';
   else
     v_types := p_job_types::smallint[];
   end if;
@@ -857,9 +863,11 @@ begin
        set status = case when j.attempts >= j.max_attempts then 4 else 1 end,
            run_after = case when j.attempts >= j.max_attempts then j.run_after
                             else v_now + pyjobq.retry_backoff(j.attempts) end,
-           worker_id = case when j.attempts >= j.max_attempts then j.worker_id end,
-           last_error = format('lease expired at %s: worker %s did not finish attempt %s',
-                               j.lease_until, j.worker_id, j.attempts),
+           -- Cleared even for DEAD: the worker that lost the lease gets JQ001
+           -- (lease_lost), never JQ003, which means "your attempt finished it".
+           worker_id = null,
+           last_error = format('lease expired: worker %s did not finish attempt %s',
+                               j.worker_id, j.attempts),
            lease_until = null,
            updated_at = v_now
       from picked p
@@ -897,6 +905,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1000);
   v_id uuid;
+  v_moved int := 0;
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_job_type is not null then
@@ -929,12 +938,13 @@ begin
        where j.job_id = v_id
          and j.status = 4;
       job_id := v_id;
+      v_moved := v_moved + 1;
       return next;
     exception when unique_violation then
       null;
     end;
   end loop;
-  if found then
+  if v_moved > 0 then
     perform pg_notify('pyjobq_job', '');
   end if;
 end;

@@ -46,6 +46,7 @@ BAD_CALLS = [
     ("22023", "p_limit", "select pyjobq.job_claim('w1', 0)"),
     ("22023", "p_limit", "select pyjobq.job_claim('w1', 1001)"),
     ("22023", "p_lease_seconds", "select pyjobq.job_claim('w1', 1, 0)"),
+    ("22023", "p_job_types", "select pyjobq.job_claim('w1', 1, 10, array[1, 40000])"),
     ("22023", "p_lease_seconds", "select pyjobq.job_claim('w1', 1, 86401)"),
     ("22023", "p_attempt", "select pyjobq.job_complete(gen_random_uuid(), 'w1', 0)"),
     ("22004", "p_attempt", "select pyjobq.job_fail(gen_random_uuid(), 'w1', null)"),

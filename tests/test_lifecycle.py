@@ -178,6 +178,8 @@ def test_reap_retries_with_backoff_then_dead_letters(conn: Conn) -> None:
     freeze(conn, now + timedelta(seconds=1000))
     reaped = conn.execute("select status, worker_id, attempt from pyjobq.job_reap()").fetchall()
     assert reaped == [(4, "w2", 2)]
+    with raises_sqlstate("JQ001"):  # the holder lost its lease; it did not finish the job
+        conn.execute("select pyjobq.job_complete(job_id, 'w2', 2) from pyjobq.job")
     assert conn.execute("select last_error like 'lease expired%' from pyjobq.job").fetchone() == (
         True,
     )

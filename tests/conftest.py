@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -84,3 +87,19 @@ def make_conn(dsn: str) -> Iterator[Callable[[], Connection]]:
     yield connect
     for connection in opened:
         connection.close()
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    """The node executable, with the Node.js test clients' packages (scripts/setup-node)."""
+    executable = shutil.which("node")
+    if executable is None:
+        pytest.skip("node is not installed")
+    setup = subprocess.run(
+        [Path(__file__).resolve().parent.parent / "scripts" / "setup-node"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert setup.returncode == 0, f"scripts/setup-node failed:\n{setup.stdout}{setup.stderr}"
+    return executable

@@ -1,8 +1,9 @@
-"""Small helpers the SQL-level tests share: freezing the clock, asserting SQLSTATEs."""
+"""Small helpers the SQL-level tests share: the clock, SQLSTATEs, parallel connections."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -57,3 +58,22 @@ def status_of(conn: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
     ).fetchone()
     assert row is not None
     return row
+
+
+def run_threads(targets: list[Callable[[], None]]) -> None:
+    """Start every target on its own thread, wait for all, and re-raise the first failure."""
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException as e:  # surfaced below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -11,31 +11,12 @@ from typing import Any
 import psycopg
 
 from pyjobq import JobQueue, LeaseLost
-from tests.sqlhelp import FROZEN, freeze
+from tests.sqlhelp import FROZEN, freeze, run_threads
 
 Conn = psycopg.Connection[Any]
 
 JOBS = 2400
 WORKERS = 8
-
-
-def run_threads(targets: list[Callable[[], None]]) -> None:
-    """Start every target on its own thread, wait for all, and re-raise the first failure."""
-    errors: list[BaseException] = []
-
-    def guarded(target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException as e:  # surfaced below, in the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def test_eight_workers_claim_every_job_exactly_once(conn: Conn, make_conn: Any) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,19 +117,6 @@ def test_psql(pg_server: LocalPostgres, scenario_db: str, script: Path) -> None:
         )
     assert result.returncode == 0, result.stdout
     compare(script, result.stdout, "psql")
-
-
-@pytest.fixture(scope="session")
-def node() -> str:
-    executable = shutil.which("node")
-    if executable is None:
-        pytest.skip("node is not installed")
-    # Installs the locked pg package once (npm ci); a no-op when it is there.
-    setup = subprocess.run(
-        [ROOT / "scripts" / "setup-node"], capture_output=True, text=True, check=False
-    )
-    assert setup.returncode == 0, f"scripts/setup-node failed:\n{setup.stdout}{setup.stderr}"
-    return executable
 
 
 @pytest.mark.parametrize("script", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 from collections import Counter
@@ -12,7 +11,6 @@ from pathlib import Path
 from uuid import UUID
 
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from pyjobq import JobQueue
@@ -22,18 +20,6 @@ NODE_WORKER = ROOT / "tests" / "conformance" / "node" / "cross-client-worker.js"
 JOBS = 2000
 PYTHON_WORKERS = 4
 NODE_CLIENTS = 4
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    executable = shutil.which("node")
-    if executable is None:
-        pytest.skip("node is not installed")
-    setup = subprocess.run(
-        [ROOT / "scripts" / "setup-node"], capture_output=True, text=True, check=False
-    )
-    assert setup.returncode == 0, f"scripts/setup-node failed:\n{setup.stdout}{setup.stderr}"
-    return executable
 
 
 def node_env(dsn: str) -> dict[str, str]:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from tests.sqlhelp import FROZEN, claim, enqueue, freeze, raises_sqlstate, status_of
+from tests.sqlhelp import (
+    FROZEN,
+    claim,
+    enqueue,
+    freeze,
+    raises_sqlstate,
+    run_threads,
+    status_of,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -103,27 +112,23 @@ def test_registered_types_can_be_enqueued_and_conflicts_are_refused(conn: Conn) 
 def test_sixteen_concurrent_enqueuers_of_one_key_share_one_job(make_conn: Any) -> None:
     conns = [make_conn() for _ in range(16)]
     barrier = threading.Barrier(len(conns))
-    ids: list[Any] = []
-    created: list[bool] = []
-    lock = threading.Lock()
+    results: list[tuple[Any, bool]] = []
 
-    def enqueue_once(c: Conn) -> None:
-        barrier.wait()
-        job_id, was_created = c.execute(
-            "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')"
-        ).fetchone()
-        with lock:
-            ids.append(job_id)
-            created.append(was_created)
+    def enqueuer(c: Conn) -> Callable[[], None]:
+        def run() -> None:
+            barrier.wait()
+            results.append(
+                c.execute(
+                    "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')"
+                ).fetchone()
+            )
 
-    threads = [threading.Thread(target=enqueue_once, args=(c,)) for c in conns]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(ids) == 16
-    assert len(set(ids)) == 1
-    assert created.count(True) == 1
+        return run
+
+    run_threads([enqueuer(c) for c in conns])
+    assert len(results) == 16
+    assert len({job_id for job_id, _ in results}) == 1
+    assert [created for _, created in results].count(True) == 1
     assert conns[0].execute("select count(*) from pyjobq.job").fetchone() == (1,)
 
 

@@ -293,7 +293,11 @@ class Worker:
                 self._closing = True
                 self._flush_now.set()
                 self._have_done.set()
-                await asyncio.wait([tasks["flusher"], hard], timeout=self.shutdown_timeout)
+                await asyncio.wait(
+                    [tasks["flusher"], hard],
+                    timeout=self.shutdown_timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
         finally:
             hard.cancel()
 

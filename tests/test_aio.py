@@ -1,4 +1,4 @@
-"""AsyncJobQueue: the same API as JobQueue, against the same database, in the caller's transaction."""
+"""AsyncJobQueue: the API of JobQueue, on the same database, inside the caller's transaction."""
 
 from __future__ import annotations
 

@@ -1,0 +1,201 @@
+"""The Worker in process: batching, outcomes of handler exceptions, leases, wake-ups, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from pyjobq import ClaimedJob, JobQueue, JobType
+from pyjobq.worker import DeadLetter, Retry, Worker, make_worker_id
+from tests.workerhelp import prepare, running, statuses, wait_for
+
+Conn = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def db(conn: Conn) -> Conn:
+    prepare(conn)
+    return conn
+
+
+def ok(job: ClaimedJob) -> dict[str, Any]:
+    return {"n": job.payload["n"]}
+
+
+async def ok_async(job: ClaimedJob) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return {"n": job.payload["n"]}
+
+
+def test_worker_id_is_unique_and_fits_the_column() -> None:
+    ids = {make_worker_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(i) <= 80 and i.count(":") >= 2 for i in ids)
+
+
+def test_worker_runs_sync_and_async_handlers_in_batches(dsn: str, db: Conn) -> None:
+    q = JobQueue(db)
+    q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(1500)])
+    q.enqueue_many(JobType.OUTBOX, [{"n": i} for i in range(1500)])
+    worker = Worker(dsn, {JobType.SEARCH: ok, JobType.OUTBOX: ok_async}, concurrency=16)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: 3000}, "every job DONE")
+        metrics = r.stop()
+    assert metrics.completed == metrics.claimed == 3000
+    assert metrics.failed == metrics.lease_lost == metrics.released == 0
+    # One claim and one complete_many per job would be 2; batching must do far better.
+    print(f"round trips per job at load: {metrics.round_trips_per_job():.3f}")
+    assert metrics.round_trips_per_job() < 0.5
+    mismatched = db.execute(
+        "select count(*) from pyjobq.job where result->'n' <> payload->'n'"
+    ).fetchone()
+    assert mismatched == (0,)
+
+
+def test_only_handled_types_are_claimed(dsn: str, db: Conn) -> None:
+    q = JobQueue(db)
+    q.enqueue(JobType.SEARCH, {"n": 1})
+    outbox = q.enqueue(JobType.OUTBOX, {"n": 2})
+    with running(Worker(dsn, {JobType.SEARCH: ok})) as r:
+        wait_for(lambda: statuses(db) == {1: 1, 3: 1}, "the SEARCH job DONE")
+        r.stop()
+    assert db.execute(
+        "select status from pyjobq.job where job_id = %s", (outbox.job_id,)
+    ).fetchone() == (1,)
+
+
+def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> None:
+        kind = job.payload["kind"]
+        if kind == "retry" and job.attempt == 1:
+            raise Retry(0)
+        if kind == "dead":
+            raise DeadLetter("no such recipient")
+        if kind == "error":
+            raise ValueError("broken payload")
+
+    q = JobQueue(db)
+    retry = q.enqueue(JobType.SEARCH, {"kind": "retry"}).job_id
+    dead = q.enqueue(JobType.SEARCH, {"kind": "dead"}, max_attempts=5).job_id
+    error = q.enqueue(JobType.SEARCH, {"kind": "error"}, max_attempts=2).job_id
+    with running(Worker(dsn, {JobType.SEARCH: handler}, poll_interval=0.05)) as r:
+        wait_for(lambda: statuses(db).get(2) is None and statuses(db).get(3) == 1, "outcomes")
+        wait_for(lambda: statuses(db).get(4) == 1 and statuses(db).get(1) == 1, "outcomes")
+        metrics = r.stop()
+    rows = {
+        row[0]: row[1:]
+        for row in db.execute("select job_id, status, attempts, last_error from pyjobq.job")
+    }
+    assert rows[retry][:2] == (3, 2)  # retried at once, done on attempt 2
+    assert rows[dead][:2] == (4, 1)  # dead-lettered although 4 attempts were left
+    status, attempts, last_error = rows[error]
+    assert (status, attempts) == (1, 1)  # default backoff: seconds away, still PENDING
+    assert "ValueError" in last_error
+    assert "in handler" in last_error
+    assert (metrics.retried, metrics.dead, metrics.completed) == (2, 1, 1)
+
+
+def test_job_timeout_fails_the_attempt(dsn: str, db: Conn) -> None:
+    async def stuck(job: ClaimedJob) -> None:
+        await asyncio.sleep(3600)
+
+    JobQueue(db).enqueue(JobType.SEARCH, max_attempts=1)
+    with running(Worker(dsn, {JobType.SEARCH: stuck}, job_timeout=0.1)) as r:
+        wait_for(lambda: statuses(db) == {4: 1}, "the job DEAD")
+        metrics = r.stop()
+    assert metrics.timed_out == 1
+
+
+def test_lost_lease_drops_the_result(dsn: str, db: Conn) -> None:
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(job: ClaimedJob) -> dict[str, Any]:
+        started.set()
+        finish.wait(30)
+        return {"late": True}
+
+    job_id = JobQueue(db).enqueue(JobType.SEARCH).job_id
+    worker = Worker(dsn, {JobType.SEARCH: slow}, lease_seconds=3600)
+    with running(worker) as r:
+        assert started.wait(30)
+        # The lease runs out and another worker's reaper takes the job back.
+        db.execute("update pyjobq.job set lease_until = now() - interval '1 second'")
+        assert len(JobQueue(db).reap()) == 1
+        finish.set()
+        wait_for(lambda: worker.metrics.lease_lost == 1, "the loss to be noticed")
+        metrics = r.stop()
+    assert metrics.completed == 0
+    row = db.execute("select status, result from pyjobq.job where job_id = %s", (job_id,))
+    assert row.fetchone() == (1, None)
+
+
+def test_heartbeat_renews_leases_of_running_jobs(dsn: str, db: Conn) -> None:
+    release = threading.Event()
+
+    def slow(job: ClaimedJob) -> None:
+        release.wait(30)
+
+    JobQueue(db).enqueue(JobType.SEARCH)
+    worker = Worker(dsn, {JobType.SEARCH: slow}, lease_seconds=1)
+    with running(worker) as r:
+        wait_for(lambda: worker.metrics.renewed >= 2, "two renewals")
+        release.set()
+        wait_for(lambda: statuses(db) == {3: 1}, "the job DONE")
+        metrics = r.stop()
+    assert metrics.lease_lost == 0
+    assert metrics.completed == 1
+
+
+def _listening(db: Conn) -> bool:
+    row = db.execute(
+        "select count(*) from pg_stat_activity where query = 'listen pyjobq_job'"
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def test_notify_wakes_an_idle_worker_without_polling(dsn: str, db: Conn) -> None:
+    worker = Worker(dsn, {JobType.SEARCH: ok}, poll_interval=3600)
+    with running(worker) as r:
+        wait_for(lambda: _listening(db) and worker.metrics.claims >= 2, "an idle, listening worker")
+        claims = worker.metrics.claims
+        started = time.monotonic()
+        JobQueue(db).enqueue(JobType.SEARCH, {"n": 1})
+        wait_for(lambda: statuses(db) == {3: 1}, "the job DONE (only a NOTIFY can wake it)")
+        print(f"enqueue to DONE via NOTIFY: {(time.monotonic() - started) * 1000:.1f} ms")
+        metrics = r.stop()
+    assert metrics.claims == claims + 1
+
+
+def test_polling_picks_up_jobs_with_listen_off(dsn: str, db: Conn) -> None:
+    worker = Worker(dsn, {JobType.SEARCH: ok}, listen=False, poll_interval=0.05)
+    with running(worker) as r:
+        JobQueue(db).enqueue(JobType.SEARCH, {"n": 1})
+        wait_for(lambda: statuses(db) == {3: 1}, "the job DONE by polling")
+        assert not _listening(db)
+        r.stop()
+
+
+def test_worker_survives_its_connections_being_terminated(dsn: str, db: Conn) -> None:
+    def medium(job: ClaimedJob) -> None:
+        time.sleep(0.002)
+
+    q = JobQueue(db)
+    q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(2000)])
+    worker = Worker(dsn, {JobType.SEARCH: medium}, concurrency=8, poll_interval=0.2)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db).get(3, 0) >= 300, "some progress")
+        killed = db.execute(
+            "select count(pg_terminate_backend(pid)) from pg_stat_activity "
+            "where datname = current_database() and pid <> pg_backend_pid()"
+        ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 2
+        wait_for(lambda: statuses(db) == {3: 2000}, "every job DONE after reconnecting")
+        metrics = r.stop()
+    assert metrics.db_errors >= 1
+    assert metrics.completed + metrics.lease_lost >= 2000

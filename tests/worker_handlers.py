@@ -1,0 +1,39 @@
+"""Handlers the worker processes started by the tests import (``tests.worker_handlers:HANDLERS``).
+
+Each run records (job_id, attempt, pid) in the test database's ``effects`` table, whose
+primary key makes a second run of the same attempt fail loudly; ``payload.sleep`` makes
+the job take that many seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+
+from pyjobq.queue import Payload
+from pyjobq.rows import ClaimedJob
+
+DSN_ENV = "PYJOBQ_TEST_DSN"
+
+EFFECTS = """
+create table if not exists effects (
+  job_id uuid not null,
+  attempt int not null,
+  pid int not null,
+  primary key (job_id, attempt)
+)
+"""
+
+
+def record(job: ClaimedJob) -> Payload:
+    with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as conn:
+        conn.execute(
+            "insert into effects values (%s, %s, %s)", (job.job_id, job.attempt, os.getpid())
+        )
+    time.sleep(float(job.payload.get("sleep", 0)))
+    return {"pid": os.getpid()}
+
+
+HANDLERS = {1: record}

@@ -1,0 +1,98 @@
+"""Helpers for the worker tests: a worker serving in a background event loop, waits on DB state."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pyjobq.metrics import WorkerMetrics
+from pyjobq.worker import Worker
+from tests.worker_handlers import DSN_ENV, EFFECTS
+
+ROOT = Path(__file__).resolve().parent.parent
+Conn = psycopg.Connection[Any]
+
+# Generous upper bounds for conditions that normally hold within milliseconds; a test
+# only waits this long when it is about to fail.
+PATIENCE = 60.0
+
+
+def wait_for(condition: Callable[[], Any], what: str, patience: float = PATIENCE) -> Any:
+    deadline = time.monotonic() + patience
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def prepare(conn: Conn) -> None:
+    """The job claim plan costs enough to trigger JIT compilation: keep it off in tests."""
+    conn.execute(f"alter database {conn.info.dbname} set jit = off")
+    conn.execute(EFFECTS)
+
+
+def statuses(conn: Conn) -> dict[int, int]:
+    return dict(conn.execute("select status, count(*) from pyjobq.job group by status").fetchall())
+
+
+class Running:
+    """A Worker serving in its own thread and event loop."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.loop = asyncio.new_event_loop()
+        self.result: WorkerMetrics | BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self.result = self.loop.run_until_complete(self.worker.serve())
+        except BaseException as e:  # surfaced by stop()
+            self.result = e
+
+    def start(self) -> Running:
+        self.thread.start()
+        wait_for(lambda: self.worker.ready.is_set() or self.result, "the worker to start")
+        return self
+
+    def stop(self, graceful: bool = True) -> WorkerMetrics:
+        self.loop.call_soon_threadsafe(self.worker.stop, graceful)
+        self.thread.join(PATIENCE)
+        assert not self.thread.is_alive(), "worker did not stop"
+        if isinstance(self.result, BaseException):
+            raise self.result
+        assert self.result is not None
+        return self.result
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Running]:
+    r = Running(worker).start()
+    try:
+        yield r
+    finally:
+        if r.thread.is_alive():
+            r.stop()
+
+
+def spawn_worker(dsn: str, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "pyjobq", "worker", "tests.worker_handlers:HANDLERS",
+        "--dsn", dsn, "--metrics-file", str(tmp / f"{name}.json"), *args,
+    ]  # fmt: skip
+    env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"test-{name}"}
+    log = (tmp / f"{name}.log").open("wb")
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)

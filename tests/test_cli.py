@@ -1,0 +1,145 @@
+"""The pyjobq command end to end, as a subprocess: results, messages and exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.workerhelp import ROOT, prepare, statuses, wait_for
+
+Conn = psycopg.Connection[Any]
+
+
+def pyjobq(
+    *args: str, stdin: str | None = None, dsn: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYJOBQ_DSN", "DATABASE_URL")}
+    if dsn is not None:
+        env["PYJOBQ_DSN"] = dsn
+    return subprocess.run(
+        [sys.executable, "-m", "pyjobq", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def jobs(conn: Conn) -> int:
+    row = conn.execute("select count(*) from pyjobq.job").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def test_enqueue_one_and_many_then_counts_and_types(dsn: str, conn: Conn) -> None:
+    one = pyjobq("enqueue", "SEARCH", '{"q": "x"}', "--priority", "5", dsn=dsn)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.endswith("\tcreated\n")
+    lines = '{"n": 1}\n\n{"payload": {"n": 2}, "dedupe_key": "k"}\n{"n": 3}\n'
+    bulk = pyjobq("enqueue", "2", "-", stdin=lines, dsn=dsn)
+    assert bulk.returncode == 0, bulk.stderr
+    assert len(bulk.stdout.splitlines()) == 3
+    assert conn.execute("select priority from pyjobq.job where job_type = 1").fetchone() == (5,)
+    counts = pyjobq("counts", "--dsn", dsn)
+    assert counts.returncode == 0, counts.stderr
+    assert [line.split()[:4] for line in counts.stdout.splitlines() if "PENDING" in line] == [
+        ["1", "SEARCH", "PENDING", "1"],
+        ["2", "OUTBOX", "PENDING", "3"],
+    ]
+    registered = pyjobq("types", "register", "42", "REPORT", dsn=dsn)
+    assert registered.returncode == 0, registered.stderr
+    assert "42\tREPORT" in pyjobq("types", dsn=dsn).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (["enqueue", "SEARCH", "{not json"], None),
+        (["enqueue", "SEARCH", "[1, 2]"], None),
+        (["enqueue", "SEARCH", "-"], '{"n": 1}\nnope\n'),
+        (["enqueue", "NO_SUCH_TYPE", "{}"], None),
+        (["enqueue", "999", "{}"], None),
+        (["enqueue", "SEARCH", "{}", "--max-attempts", "0"], None),
+        (["enqueue", "SEARCH", "{}", "--delay", "soon"], None),
+        (["redrive", "not-a-uuid"], None),
+        (["prune", "--older-than", "-1d"], None),
+        (["worker", "no_such_module:HANDLERS"], None),
+        (["types", "register", "1", "OTHER"], None),
+    ],
+)
+def test_bad_input_is_a_message_and_an_exit_code_and_changes_nothing(
+    dsn: str, conn: Conn, args: list[str], stdin: str | None
+) -> None:
+    result = pyjobq(*args, stdin=stdin, dsn=dsn)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip()
+    assert jobs(conn) == 0
+    assert [r[0] for r in conn.execute("select name from pyjobq.job_type order by 1")] == [
+        "OUTBOX",
+        "SEARCH",
+    ]
+
+
+def test_unreachable_or_missing_database_is_a_clear_error() -> None:
+    missing = pyjobq("counts")
+    assert missing.returncode == 2
+    assert "--dsn" in missing.stderr
+    down = pyjobq("counts", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2")
+    assert down.returncode == 3
+    assert "cannot use the database" in down.stderr
+    assert "Traceback" not in down.stderr
+
+
+def test_unmigrated_database_says_to_migrate(pg_server: Any, conn: Conn) -> None:
+    conn.execute("create database pyjobq_cli_empty")
+    try:
+        empty = pg_server.dsn("pyjobq_cli_empty")
+        result = pyjobq("counts", dsn=empty)
+        assert result.returncode == 1
+        assert "pyjobq migrate" in result.stderr
+        migrated = pyjobq("migrate", dsn=empty)
+        assert migrated.returncode == 0, migrated.stderr
+        assert pyjobq("counts", dsn=empty).returncode == 0
+    finally:
+        conn.execute("drop database pyjobq_cli_empty with (force)")
+
+
+def test_worker_command_runs_jobs_and_stops_on_sigterm(dsn: str, conn: Conn) -> None:
+    prepare(conn)
+    pyjobq("enqueue", "SEARCH", "-", stdin='{"n": 1}\n{"n": 2}\n', dsn=dsn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyjobq", "worker", "tests.worker_handlers:HANDLERS", "--dsn", dsn],
+        cwd=ROOT,
+        env={**os.environ, "PYJOBQ_TEST_DSN": dsn},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: statuses(conn) == {3: 2}, "both jobs DONE")
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "draining" in err
+
+
+def test_help_everywhere() -> None:
+    for command in ["", "migrate", "enqueue", "worker", "counts", "reap", "redrive", "prune",
+                    "types", "demo"]:  # fmt: skip
+        result = pyjobq(*command.split(), "--help")
+        assert result.returncode == 0, command
+        assert "Usage:" in result.stdout
+
+
+def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
+    result = pyjobq("demo", "--jobs", "300", "--workers", "2", "--concurrency", "8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "demo verified" in result.stdout

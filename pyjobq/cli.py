@@ -52,8 +52,8 @@ def describe(error: BaseException) -> tuple[str, int]:
     if isinstance(error, psycopg.errors.UndefinedFunction | psycopg.errors.InvalidSchemaName):
         return "this database has no pyjobq schema: run `pyjobq migrate` first", EXIT_ERROR
     if isinstance(error, psycopg.OperationalError):
-        text = str(error).strip().splitlines()
-        return f"cannot use the database: {text[0] if text else error!r}", EXIT_UNREACHABLE
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        return f"cannot use the database: {lines[0]}", EXIT_UNREACHABLE
     if isinstance(error, psycopg.Error):
         return f"database error: {str(error).strip()}", EXIT_ERROR
     return str(error), EXIT_ERROR

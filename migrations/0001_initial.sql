@@ -544,8 +544,11 @@ set search_path = pg_catalog, pyjobq, pg_temp
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
 -- sorts off the table leaves the ordered scan of job_claim_idx, which stops
--- after p_limit rows, whatever the statistics say.
+-- after p_limit rows, whatever the statistics say. The penalty that disabling
+-- adds to a plan's cost would otherwise also trigger JIT compilation on
+-- every call (hundreds of milliseconds), so JIT is off here too.
 set enable_sort = off
+set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -841,6 +844,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
 set enable_sort = off
+set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();

@@ -171,7 +171,6 @@ def run_demo(
                     "synchronous_commit": "off",
                     "full_page_writes": "off",
                     "max_connections": "200",
-                    "jit": "off",
                 }
             )
             stack.enter_context(server)

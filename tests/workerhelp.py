@@ -39,8 +39,7 @@ def wait_for(condition: Callable[[], Any], what: str, patience: float = PATIENCE
 
 
 def prepare(conn: Conn) -> None:
-    """The job claim plan costs enough to trigger JIT compilation: keep it off in tests."""
-    conn.execute(f"alter database {conn.info.dbname} set jit = off")
+    """Create the side table the test handlers record their effects in."""
     conn.execute(EFFECTS)
 
 

@@ -1,0 +1,528 @@
+"""Model-based test: random sequences of queue calls checked step by step against a Python model.
+
+Hypothesis drives enqueue (with and without dedupe keys), claim, complete, complete_many, fail,
+renew, release, reap, redrive, prune and clock moves against one database. ``Model`` predicts
+every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
+legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
+and then adopts it. After every step the whole table, ``job_counts()`` and the structural
+invariants are compared with the model.
+
+``PYJOBQ_TEST_SCALE=10`` runs ten times as many examples (the default is bounded so the suite
+stays fast).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from pyjobq import JobAlreadyFinished, JobNotFound, JobQueue, LeaseLost
+from tests.sqlhelp import FROZEN, freeze
+
+Conn = psycopg.Connection[Any]
+
+SCALE = float(os.environ.get("PYJOBQ_TEST_SCALE", "1"))
+
+PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
+WORKERS = ("w1", "w2")
+KEYS = ("k1", "k2", "k3")
+TYPES = (1, 2)
+
+COLUMNS = (
+    "job_id, job_type, status, priority, dedupe_key, attempts, max_attempts,"
+    " run_after, lease_until, worker_id, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the model knows of one ``pyjobq.job`` row (the columns in COLUMNS)."""
+
+    job_id: UUID
+    job_type: int
+    status: int
+    priority: int
+    dedupe_key: str | None
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    lease_until: datetime | None
+    worker_id: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Token:
+    """What a claim handed out: the fencing token a holder passes back."""
+
+    job_id: UUID
+    worker_id: str
+    attempt: int
+
+
+def backoff(attempt: int) -> timedelta:
+    """The upper bound of ``pyjobq.retry_backoff(attempt)``; the jitter takes off up to 25%."""
+    return timedelta(seconds=min(3600.0, 2.0 * 2.0 ** (max(attempt, 1) - 1)))
+
+
+def assert_backoff(run_after: datetime, now: datetime, attempt: int) -> None:
+    upper = backoff(attempt)
+    # timestamptz keeps microseconds: allow one for rounding at each end.
+    tick = timedelta(microseconds=1)
+    assert now + upper * 0.75 - tick <= run_after <= now + upper + tick, (run_after, now, attempt)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    """The pyjobq state machine, one database, one session whose clock the machine moves."""
+
+    tokens = Bundle("tokens")
+
+    def __init__(self, conn: Conn) -> None:
+        super().__init__()
+        self.conn = conn
+        self.q = JobQueue(conn)
+        self.now = FROZEN
+        self.jobs: dict[UUID, Row] = {}
+        # job_claim's plan carries enable_sort's penalty, which triggers JIT on every call.
+        conn.execute("set jit = off")
+
+    # -- helpers -------------------------------------------------------------
+
+    def active_holder(self, key: str | None) -> UUID | None:
+        if key is None:
+            return None
+        for job in self.jobs.values():
+            if job.dedupe_key == key and job.status in (PENDING, RUNNING):
+                return job.job_id
+        return None
+
+    def db_rows(self) -> dict[UUID, Row]:
+        rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
+        return {r[0]: Row(*r) for r in rows}
+
+    def expect_not_held(self, token: Token) -> type[Exception] | None:
+        """None if ``token`` holds its job now, else the exception a transition must raise."""
+        job = self.jobs.get(token.job_id)
+        if job is None:
+            return JobNotFound
+        mine = job.worker_id == token.worker_id and job.attempts == token.attempt
+        if job.status == RUNNING and mine:
+            return None
+        if job.status in (DONE, DEAD) and mine:
+            return JobAlreadyFinished
+        return LeaseLost
+
+    def call_as_holder(self, token: Token, call: Any) -> Any:
+        """Run ``call``; it must succeed exactly when the model says ``token`` holds the job."""
+        expected = self.expect_not_held(token)
+        if expected is None:
+            return call()
+        before = self.db_rows()
+        with pytest.raises(expected):
+            call()
+        # A refused transition changes nothing at all.
+        assert self.db_rows() == before
+        return None
+
+    # -- rules ---------------------------------------------------------------
+
+    @initialize()
+    def clean_database(self) -> None:
+        self.conn.execute("truncate pyjobq.job")
+        self.now = FROZEN
+        freeze(self.conn, self.now)
+
+    @rule(seconds=st.sampled_from([0, 1, 2, 5, 30, 61, 299, 301, 3600]))
+    def advance_clock(self, seconds: int) -> None:
+        self.now += timedelta(seconds=seconds)
+        freeze(self.conn, self.now)
+
+    @rule(
+        job_type=st.sampled_from(TYPES),
+        priority=st.sampled_from([None, 0, 5, 100]),
+        delay=st.sampled_from([None, -10, 0, 30, 600]),
+        key=st.sampled_from([None, *KEYS]),
+        max_attempts=st.sampled_from([None, 1, 2, 3]),
+    )
+    def enqueue(
+        self,
+        job_type: int,
+        priority: int | None,
+        delay: int | None,
+        key: str | None,
+        max_attempts: int | None,
+    ) -> None:
+        run_after = None if delay is None else self.now + timedelta(seconds=delay)
+        holder = self.active_holder(key)
+        got = self.q.enqueue(job_type, {"n": 1}, priority, run_after, key, max_attempts)
+        if holder is not None:
+            assert (got.job_id, got.created) == (holder, False)
+            return
+        assert got.created
+        assert got.job_id not in self.jobs
+        self.jobs[got.job_id] = Row(
+            got.job_id,
+            job_type,
+            PENDING,
+            100 if priority is None else priority,
+            key,
+            0,
+            3 if max_attempts is None else max_attempts,
+            run_after or self.now,
+            None,
+            None,
+            self.now,
+        )
+
+    @rule(
+        job_type=st.sampled_from(TYPES),
+        keys=st.lists(st.sampled_from([None, *KEYS]), min_size=1, max_size=4),
+        priority=st.sampled_from([None, 7]),
+    )
+    def enqueue_many(self, job_type: int, keys: list[str | None], priority: int | None) -> None:
+        got = self.q.enqueue_many(job_type, [{"i": i} for i in range(len(keys))], keys, priority)
+        assert len(got) == len(keys)
+        for key, enq in zip(keys, got, strict=True):
+            holder = self.active_holder(key)
+            if holder is not None:
+                assert (enq.job_id, enq.created) == (holder, False)
+                continue
+            assert enq.created
+            self.jobs[enq.job_id] = Row(
+                enq.job_id, job_type, PENDING, 100 if priority is None else priority, key,
+                0, 3, self.now, None, None, self.now,
+            )  # fmt: skip
+
+    @rule(
+        target=tokens,
+        worker=st.sampled_from(WORKERS),
+        limit=st.integers(1, 3),
+        lease=st.sampled_from([1, 30, 300]),
+        types=st.sampled_from([None, [1], [2], [1, 2]]),
+    )
+    def claim(self, worker: str, limit: int, lease: int, types: list[int] | None) -> Any:
+        due = [
+            j
+            for j in self.jobs.values()
+            if j.status == PENDING
+            and j.run_after <= self.now
+            and (types is None or j.job_type in types)
+        ]
+        got = self.q.claim(worker, limit, lease, types)
+        assert len(got) == min(limit, len(due))
+        order = [(c.priority, c.run_after) for c in got]
+        assert order == sorted(order), "claimed jobs come back in claim order"
+        claimed = {c.job_id for c in got}
+        assert claimed <= {j.job_id for j in due}
+        # Any order among equal (priority, run_after) is fine; a better job must not be skipped.
+        left = [(j.priority, j.run_after) for j in due if j.job_id not in claimed]
+        if got and left:
+            assert max(order) <= min(left)
+        out = []
+        for c in got:
+            job = self.jobs[c.job_id]
+            assert c.attempt == job.attempts + 1
+            assert c.lease_until == self.now + timedelta(seconds=lease)
+            assert (c.job_type, c.priority, c.dedupe_key, c.max_attempts) == (
+                job.job_type, job.priority, job.dedupe_key, job.max_attempts,
+            )  # fmt: skip
+            self.jobs[c.job_id] = replace(
+                job,
+                status=RUNNING,
+                attempts=c.attempt,
+                worker_id=worker,
+                lease_until=c.lease_until,
+                updated_at=self.now,
+            )
+            out.append(Token(c.job_id, worker, c.attempt))
+        return multiple(*out)
+
+    @rule(token=tokens)
+    def complete(self, token: Token) -> None:
+        self.call_as_holder(
+            token, lambda: self.q.complete(token.job_id, token.worker_id, token.attempt, {"ok": 1})
+        )
+        if self.expect_not_held(token) is None:
+            job = self.jobs[token.job_id]
+            self.jobs[token.job_id] = replace(
+                job, status=DONE, lease_until=None, updated_at=self.now
+            )
+
+    @rule(batch=st.lists(tokens, min_size=1, max_size=3), stranger=st.booleans())
+    def complete_many(self, batch: list[Token], stranger: bool) -> None:
+        # One worker completes the lot: tokens of the other worker are simply not held by it.
+        worker = batch[0].worker_id
+        pairs = [(t.job_id, t.attempt) for t in batch] + ([(uuid4(), 1)] if stranger else [])
+        done = {
+            job_id
+            for job_id, attempt in pairs
+            if self.expect_not_held(Token(job_id, worker, attempt)) is None
+        }
+        got = self.q.complete_many(worker, [p[0] for p in pairs], [p[1] for p in pairs])
+        assert [(c.job_id, c.completed) for c in got] == [(p[0], p[0] in done) for p in pairs]
+        for job_id in done:
+            job = self.jobs[job_id]
+            self.jobs[job_id] = replace(job, status=DONE, lease_until=None, updated_at=self.now)
+
+    @rule(
+        token=tokens,
+        delay=st.sampled_from([None, 0, 5]),
+        dead_letter=st.sampled_from([None, False, True]),
+    )
+    def fail(self, token: Token, delay: int | None, dead_letter: bool | None) -> None:
+        held = self.expect_not_held(token) is None
+        outcome = self.call_as_holder(
+            token,
+            lambda: self.q.fail(
+                token.job_id, token.worker_id, token.attempt, "boom", delay, dead_letter
+            ),
+        )
+        if not held:
+            return
+        job = self.jobs[token.job_id]
+        if dead_letter or job.attempts >= job.max_attempts:
+            assert outcome.status == DEAD
+            assert outcome.run_after == job.run_after
+            self.jobs[token.job_id] = replace(
+                job, status=DEAD, lease_until=None, updated_at=self.now
+            )
+            return
+        assert outcome.status == PENDING
+        if delay is None:
+            assert_backoff(outcome.run_after, self.now, job.attempts)
+        else:
+            assert outcome.run_after == self.now + timedelta(seconds=delay)
+        self.jobs[token.job_id] = replace(
+            job,
+            status=PENDING,
+            run_after=outcome.run_after,
+            worker_id=None,
+            lease_until=None,
+            updated_at=self.now,
+        )
+
+    @rule(token=tokens, lease=st.sampled_from([1, 60]))
+    def renew(self, token: Token, lease: int) -> None:
+        held = self.expect_not_held(token) is None
+        until = self.call_as_holder(
+            token,
+            lambda: self.q.renew_lease(token.job_id, token.worker_id, token.attempt, lease),
+        )
+        if held:
+            assert until == self.now + timedelta(seconds=lease)
+            job = self.jobs[token.job_id]
+            self.jobs[token.job_id] = replace(job, lease_until=until, updated_at=self.now)
+
+    @rule(token=tokens)
+    def release(self, token: Token) -> None:
+        held = self.expect_not_held(token) is None
+        self.call_as_holder(
+            token, lambda: self.q.release(token.job_id, token.worker_id, token.attempt)
+        )
+        if held:
+            job = self.jobs[token.job_id]
+            self.jobs[token.job_id] = replace(
+                job,
+                status=PENDING,
+                attempts=job.attempts - 1,
+                worker_id=None,
+                lease_until=None,
+                updated_at=self.now,
+            )
+
+    @rule(limit=st.sampled_from([None, 1, 2]))
+    def reap(self, limit: int | None) -> None:
+        expired = [
+            j
+            for j in self.jobs.values()
+            if j.status == RUNNING and j.lease_until is not None and j.lease_until < self.now
+        ]
+        got = self.q.reap(limit)
+        assert len(got) == min(limit or 1000, len(expired))
+        reaped = {r.job_id for r in got}
+        assert reaped <= {j.job_id for j in expired}
+        left = [j.lease_until for j in expired if j.job_id not in reaped]
+        if got and left:
+            assert max(self.jobs[r].lease_until for r in reaped) <= min(left)  # type: ignore[type-var]
+        for r in got:
+            job = self.jobs[r.job_id]
+            assert (r.worker_id, r.attempt, r.job_type) == (
+                job.worker_id, job.attempts, job.job_type,
+            )  # fmt: skip
+            if job.attempts >= job.max_attempts:
+                assert (r.status, r.run_after) == (DEAD, job.run_after)
+                self.jobs[r.job_id] = replace(
+                    job, status=DEAD, lease_until=None, updated_at=self.now
+                )
+            else:
+                assert r.status == PENDING
+                assert_backoff(r.run_after, self.now, job.attempts)
+                self.jobs[r.job_id] = replace(
+                    job,
+                    status=PENDING,
+                    run_after=r.run_after,
+                    worker_id=None,
+                    lease_until=None,
+                    updated_at=self.now,
+                )
+
+    @rule(
+        data=st.data(),
+        by_ids=st.booleans(),
+        job_type=st.sampled_from([None, 1]),
+        limit=st.sampled_from([None, 1, 2]),
+    )
+    def redrive(self, data: Any, by_ids: bool, job_type: int | None, limit: int | None) -> None:
+        ids: list[UUID] | None = None
+        if by_ids:
+            known = sorted(self.jobs, key=str)
+            ids = data.draw(st.lists(st.sampled_from(known), max_size=3)) if known else []
+            if data.draw(st.booleans()):
+                ids.append(uuid4())
+        eligible = [
+            j
+            for j in self.jobs.values()
+            if j.status == DEAD
+            and (ids is None or j.job_id in ids)
+            and (job_type is None or j.job_type == job_type)
+        ]
+        moved = self.q.redrive(ids, job_type, limit)
+        assert len(moved) == len(set(moved)) <= (limit or 1000)
+        assert set(moved) <= {j.job_id for j in eligible}
+        held_keys = {j.dedupe_key for j in self.jobs.values() if j.status in (PENDING, RUNNING)}
+        for job_id in moved:
+            job = self.jobs[job_id]
+            assert job.dedupe_key is None or job.dedupe_key not in held_keys
+            held_keys.add(job.dedupe_key)
+            self.jobs[job_id] = replace(
+                job, status=PENDING, attempts=0, run_after=self.now, worker_id=None,
+                updated_at=self.now,
+            )  # fmt: skip
+        if len(moved) < (limit or 1000):
+            # Below the limit, a DEAD job stays DEAD only because an active job holds its key.
+            for job in eligible:
+                if job.job_id not in moved:
+                    assert job.dedupe_key is not None, job
+                    assert job.dedupe_key in held_keys, job
+
+    @rule(older_than=st.sampled_from([0, 60, 3600]), limit=st.sampled_from([None, 1]))
+    def prune(self, older_than: int, limit: int | None) -> None:
+        cutoff = self.now - timedelta(seconds=older_than)
+        eligible = {
+            j.job_id
+            for j in self.jobs.values()
+            if j.status in (DONE, DEAD) and j.updated_at < cutoff
+        }
+        deleted = self.q.prune(timedelta(seconds=older_than), limit)
+        assert deleted == min(limit or 10000, len(eligible))
+        gone = set(self.jobs) - set(self.db_rows())
+        assert len(gone) == deleted
+        assert gone <= eligible
+        for job_id in gone:
+            del self.jobs[job_id]
+
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data(), worker=st.sampled_from(WORKERS), attempt=st.integers(1, 4))
+    def forged_token(self, data: Any, worker: str, attempt: int) -> None:
+        """Any (job, worker, attempt) the model says is not held is refused with the right code."""
+        job_id = data.draw(st.sampled_from(sorted(self.jobs, key=str)))
+        token = Token(job_id, worker, attempt)
+        self.call_as_holder(token, lambda: self.q.renew_lease(job_id, worker, attempt, 60))
+        if self.expect_not_held(token) is None:
+            job = self.jobs[job_id]
+            self.jobs[job_id] = replace(
+                job, lease_until=self.now + timedelta(seconds=60), updated_at=self.now
+            )
+
+    # -- invariants ----------------------------------------------------------
+
+    @invariant()
+    def table_matches_model(self) -> None:
+        assert self.db_rows() == self.jobs
+
+    @invariant()
+    def structural_invariants(self) -> None:
+        active: set[str] = set()
+        for job in self.jobs.values():
+            assert 0 <= job.attempts <= job.max_attempts
+            assert (job.status == RUNNING) == (job.lease_until is not None)
+            if job.status == RUNNING:
+                assert job.worker_id is not None
+            if job.status == PENDING:
+                assert job.worker_id is None
+            if job.status in (PENDING, RUNNING) and job.dedupe_key is not None:
+                assert job.dedupe_key not in active, "two active jobs share a dedupe key"
+                active.add(job.dedupe_key)
+
+    @invariant()
+    def counts_match(self) -> None:
+        got = {
+            (c.job_type, int(c.status)): (c.jobs, c.oldest_due_seconds, c.expired_leases)
+            for c in self.q.counts()
+        }
+        want = {}
+        for job_type in TYPES:
+            for status in (PENDING, RUNNING, DONE, DEAD):
+                rows = [
+                    j for j in self.jobs.values() if j.job_type == job_type and j.status == status
+                ]
+                oldest: float | None = None
+                expired: int | None = None
+                if status == PENDING:
+                    due = [j.run_after for j in rows if j.run_after <= self.now]
+                    oldest = (self.now - min(due)).total_seconds() if due else 0.0
+                if status == RUNNING:
+                    expired = sum(1 for j in rows if j.lease_until < self.now)  # type: ignore[operator]
+                want[(job_type, status)] = (len(rows), oldest, expired)
+        assert got == want
+
+
+def test_queue_matches_its_model(conn: Conn) -> None:
+    run_state_machine_as_test(
+        lambda: QueueMachine(conn),
+        settings=settings(
+            max_examples=int(150 * SCALE),
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+def test_redrive_makes_a_fencing_token_valid_again(conn: Conn) -> None:
+    """Pins down a known limit of the (worker, attempt) token, documented in docs/guarantees.md.
+
+    job_redrive resets attempts to 0, so the first claim after a redrive hands out attempt 1
+    again: a holder of attempt 1 from before the job died would pass the fencing check if its
+    worker id claimed the job again. Worker ids are unique per process, so this needs one
+    process to hold a lost attempt across a redrive of the same job. If redrive ever keeps the
+    attempt counter monotonic, this test fails and the note in the guarantees can go.
+    """
+    freeze(conn, FROZEN)
+    q = JobQueue(conn)
+    job = q.enqueue(1, max_attempts=1)
+    (first,) = q.claim("w1", 1, 1)
+    freeze(conn, FROZEN + timedelta(seconds=5))
+    assert [r.job_id for r in q.reap()] == [job.job_id]
+    assert q.redrive([job.job_id]) == [job.job_id]
+    (second,) = q.claim("w1", 1, 60)
+    assert second.attempt == first.attempt == 1
+    q.complete(job.job_id, "w1", first.attempt)  # the old token finishes the new attempt

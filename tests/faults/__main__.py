@@ -1,0 +1,68 @@
+"""``python -m tests.faults [--scale N] [scenario ...]``: run the fault scenarios on throwaway
+servers and print their figures (what scripts/faults runs)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pyjobq.localpg import LocalPostgres
+from pyjobq.migrate import migrate
+from tests.faults import scenarios
+from tests.faults.harness import assert_sound
+
+# The same throwaway settings as the test suite's server; the crash gets a durable server.
+FAST = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
+
+RUNS: dict[str, Callable[[LocalPostgres, str, float], dict[str, Any]]] = {
+    "crash": lambda s, dsn, k: scenarios.server_crash(dsn, lambda: s.restart("immediate"), k),
+    "kills": lambda s, dsn, k: scenarios.backend_kills(dsn, k),
+    "exhaustion": lambda s, dsn, k: scenarios.connection_exhaustion(dsn, k),
+    "xmin": lambda s, dsn, k: scenarios.pinned_horizon(dsn, k),
+    "overload": lambda s, dsn, k: scenarios.overload(dsn, k),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scale", type=float, default=1.0, help="workload multiplier")
+    parser.add_argument("scenario", nargs="*", choices=[[], *RUNS], help="default: all")
+    args = parser.parse_args()
+    # Faults make the worker and the pools log every reconnect: keep the figures readable.
+    logging.basicConfig(level=logging.ERROR)
+    for name in ("pyjobq", "psycopg"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    failed = 0
+    for name in args.scenario or list(RUNS):
+        settings = {"max_connections": "60"} if name == "crash" else FAST
+        with LocalPostgres(settings=settings) as server:
+            with psycopg.connect(server.dsn(), autocommit=True) as conn:
+                conn.execute("create database faults")
+            dsn = server.dsn("faults")
+            migrate(dsn)
+            figures = RUNS[name](server, dsn, args.scale)
+        verdict = "ok"
+        try:
+            assert_sound(figures)
+        except AssertionError:
+            verdict = "FAILED"
+            failed += 1
+        print(f"{name}: {verdict}")
+        for key, value in figures.items():
+            print(f"  {key}: {value}")
+        sys.stdout.flush()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

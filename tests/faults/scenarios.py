@@ -1,0 +1,301 @@
+"""The fault scenarios. Each takes the DSN of a migrated database (and, for a crash, a way to
+crash its server), runs a workload through real Workers while the fault happens, waits for the
+queue to drain by itself and returns figures; harness.assert_sound() is the verdict.
+
+``scale`` multiplies the workload (1 keeps the test suite fast)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pyjobq import JobQueue
+from tests.faults.harness import (
+    EFFECTS,
+    MAX_ATTEMPTS,
+    Producer,
+    Progress,
+    Recorder,
+    WorkerThread,
+    finished,
+    make_worker,
+    retrying,
+    verify,
+    wait_for,
+)
+
+Figures = dict[str, Any]
+
+
+def prepare(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EFFECTS)
+
+
+def _workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options: Any) -> None:
+    for _ in range(count):
+        recorder = Recorder(dsn, concurrency, options.pop("sleep", 0.0)).open()
+        stack.callback(recorder.close)
+        worker = WorkerThread(make_worker(dsn, recorder, concurrency, **options)).start()
+        stack.callback(worker.stop)
+
+
+def _drain(dsn: str, producer: Producer, patience: float = 90.0) -> float:
+    started = time.monotonic()
+    wait_for(lambda: finished(dsn) >= len(producer.acknowledged), "the queue to drain", patience)
+    return time.monotonic() - started
+
+
+def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Figures:
+    """PostgreSQL killed (immediate shutdown, crash recovery on start) mid-run."""
+    prepare(dsn)
+    total = int(1500 * scale)
+    with ExitStack() as stack:
+        progress = Progress(dsn).start()
+        stack.callback(progress.stop)
+        _workers(stack, dsn, 2, 4)
+        producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
+        stack.callback(producer.stop)
+        wait_for(lambda: finished(dsn) >= total // 3, "a third of the jobs to finish")
+        done_before = set(_done_ids(dsn))
+        crashed = time.monotonic()
+        crash()
+        restarted = time.monotonic()
+        wait_for(producer.done, "the producer to enqueue every job", 120)
+        drain = _drain(dsn, producer)
+        recovery = progress.recovery_after(restarted)
+    figures = verify(dsn, producer.acknowledged)
+    figures.update(
+        scenario="server crash (pg_ctl restart -m immediate)",
+        done_before_crash=len(done_before),
+        done_before_crash_kept=len(done_before & set(_done_ids(dsn))),
+        producer_errors=len(producer.errors),
+        outage_seconds=round(restarted - crashed, 2),
+        recovery_seconds=None if recovery is None else round(recovery, 2),
+        drain_seconds=round(drain, 2),
+    )
+    return figures
+
+
+def _done_ids(dsn: str) -> list[Any]:
+    return [r[0] for r in retrying(dsn, "select job_id from pyjobq.job where status = 3")]
+
+
+def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
+    """pg_terminate_backend on every other session of the database, again and again."""
+    prepare(dsn)
+    total = int(1500 * scale)
+    kills = 0
+    with ExitStack() as stack:
+        progress = Progress(dsn).start()
+        stack.callback(progress.stop)
+        _workers(stack, dsn, 2, 4)
+        producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
+        stack.callback(producer.stop)
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            for _ in range(8):
+                time.sleep(0.25)
+                rows = killer.execute(
+                    "select pg_terminate_backend(pid) from pg_stat_activity"
+                    " where datname = current_database() and pid <> pg_backend_pid()"
+                    " and backend_type = 'client backend'"
+                ).fetchall()
+                kills += sum(1 for (ok,) in rows if ok)
+        last_kill = time.monotonic()
+        wait_for(producer.done, "the producer to enqueue every job", 120)
+        drain = _drain(dsn, producer)
+        recovery = progress.recovery_after(last_kill)
+    figures = verify(dsn, producer.acknowledged)
+    figures.update(
+        scenario="backends terminated 8 times (pg_terminate_backend)",
+        backends_killed=kills,
+        producer_errors=len(producer.errors),
+        recovery_seconds=None if recovery is None else round(recovery, 2),
+        drain_seconds=round(drain, 2),
+    )
+    return figures
+
+
+def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:
+    """Every free connection slot held by idle sessions while a worker drains."""
+    prepare(dsn)
+    first = int(500 * scale)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = [
+            r.job_id
+            for r in JobQueue(conn).enqueue_many(1, [{}] * first, max_attempts=MAX_ATTEMPTS)
+        ]
+    hogs: list[psycopg.Connection[Any]] = []
+    refused: str | None = None
+    pool_error: str | None = None
+    with ExitStack() as stack:
+        _workers(stack, dsn, 1, 4)
+        # A producer pool that must fail clearly (PoolTimeout), not hang, while slots are gone.
+        pool = ConnectionPool(
+            dsn, min_size=0, max_size=2, timeout=1.0, kwargs={"autocommit": True}, open=True
+        )
+        stack.callback(pool.close)
+        try:
+            while len(hogs) < 1000:
+                hogs.append(psycopg.connect(dsn, autocommit=True, connect_timeout=5))
+        except psycopg.OperationalError as e:
+            refused = type(e).__name__
+        held = len(hogs)
+        try:
+            # The worker keeps draining on the connections it already has.
+            wait_for(lambda: _finished_on(hogs[0]) >= first, "the first jobs to drain", 90)
+            try:
+                JobQueue(pool).enqueue(1, {})
+            except PoolTimeout as e:
+                pool_error = type(e).__name__
+        finally:
+            for hog in hogs:
+                hog.close()
+        released = time.monotonic()
+        # Closed sessions free their slots once their backends exit: retry with backoff.
+        retries = 0
+        while True:
+            try:
+                more = JobQueue(pool).enqueue_many(1, [{}] * first, max_attempts=MAX_ATTEMPTS)
+                break
+            except PoolTimeout:
+                retries += 1
+                assert retries < 20, "the producer pool did not recover"
+                time.sleep(0.1 * retries)
+        producer_back = time.monotonic() - released
+        ids += [r.job_id for r in more]
+        wait_for(lambda: finished(dsn) >= len(ids), "the second batch to drain", 90)
+        drain = time.monotonic() - released
+    figures = verify(dsn, ids)
+    figures.update(
+        scenario="connection slots exhausted by idle sessions",
+        idle_connections_held=held,
+        new_connection_error=refused,
+        producer_pool_error=pool_error,
+        producer_back_after_seconds=round(producer_back, 2),
+        drain_after_release_seconds=round(drain, 2),
+    )
+    return figures
+
+
+def _finished_on(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("select count(*) from pyjobq.job where status in (3, 4)").fetchone()
+    return row[0] if row else 0
+
+
+def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
+    """An idle-in-transaction session pins xmin and REPEATABLE READ readers run during a drain."""
+    prepare(dsn)
+    n = int(2000 * scale)
+
+    def drain_batch() -> float:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            JobQueue(conn).enqueue_many(1, [{}] * n, max_attempts=MAX_ATTEMPTS)
+            before = _finished_on(conn)
+            started = time.monotonic()
+            wait_for(lambda: _finished_on(conn) >= before + n, "the batch to drain", 120)
+            return n / (time.monotonic() - started)
+
+    reader_errors: list[str] = []
+    inconsistent: list[tuple[Any, Any]] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                try:
+                    with conn.transaction():
+                        conn.execute("set transaction isolation level repeatable read")
+                        a = conn.execute("select sum(jobs) from pyjobq.job_counts()").fetchone()
+                        time.sleep(0.02)
+                        b = conn.execute("select sum(jobs) from pyjobq.job_counts()").fetchone()
+                        if a != b:
+                            inconsistent.append((a, b))
+                except psycopg.Error as e:
+                    reader_errors.append(type(e).__name__)
+
+    with ExitStack() as stack:
+        _workers(stack, dsn, 1, 8)
+        baseline = drain_batch()
+        pin = psycopg.connect(dsn)
+        stack.callback(pin.close)
+        pin.execute("select txid_current()")  # idle in transaction from here on, xmin pinned
+        snap = psycopg.connect(dsn)
+        stack.callback(snap.close)
+        snap.execute("set transaction isolation level repeatable read")
+        seen = snap.execute("select count(*), sum(attempts) from pyjobq.job").fetchone()
+        readers = [threading.Thread(target=reader, daemon=True) for _ in range(2)]
+        for t in readers:
+            t.start()
+        pinned = drain_batch()
+        stop.set()
+        for t in readers:
+            t.join(10)
+        still = snap.execute("select count(*), sum(attempts) from pyjobq.job").fetchone()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            dead_tuples = conn.execute(
+                "select n_dead_tup from pg_stat_user_tables where relid = 'pyjobq.job'::regclass"
+            ).fetchone()
+        snap.rollback()
+        pin.rollback()
+    ids = [r[0] for r in _all_ids(dsn)]
+    figures = verify(dsn, ids)
+    figures.update(
+        scenario="xmin pinned by an idle transaction, REPEATABLE READ readers during the drain",
+        jobs_per_second_baseline=round(baseline),
+        jobs_per_second_pinned=round(pinned),
+        dead_tuples_after=dead_tuples[0] if dead_tuples else None,
+        snapshot_unchanged=seen == still,
+        reader_inconsistencies=len(inconsistent),
+        reader_errors=sorted(set(reader_errors)),
+    )
+    return figures
+
+
+def _all_ids(dsn: str) -> list[tuple[Any, ...]]:
+    return retrying(dsn, "select job_id from pyjobq.job")
+
+
+def overload(dsn: str, scale: float = 1.0) -> Figures:
+    """Producers 1.5x faster than the workers can go, then the producers stop."""
+    prepare(dsn)
+    seconds = 3.0 * scale
+    # 4 handler threads x 10 ms = at most 400 jobs/s; the producer offers 600/s.
+    with ExitStack() as stack:
+        _workers(stack, dsn, 1, 4, sleep=0.01)
+        producer = Producer(dsn, batch=30, interval=0.05).start()
+        stack.callback(producer.stop)
+        time.sleep(seconds)
+        producer.stop()
+        stopped = time.monotonic()
+        offered = len(producer.acknowledged) / seconds
+        backlog, oldest = _backlog(dsn)
+        wait_for(lambda: finished(dsn) >= len(producer.acknowledged), "the backlog to drain", 120)
+        recovery = time.monotonic() - stopped
+        after_backlog, after_oldest = _backlog(dsn)
+    figures = verify(dsn, producer.acknowledged)
+    figures.update(
+        scenario="sustained overload (producer 1.5x the worker capacity), then recovery",
+        offered_jobs_per_second=round(offered),
+        worker_capacity_jobs_per_second=400,
+        backlog_at_peak=backlog,
+        oldest_due_seconds_at_peak=round(oldest, 2),
+        seconds_to_drain_backlog=round(recovery, 2),
+        backlog_after=after_backlog,
+        oldest_due_seconds_after=after_oldest,
+    )
+    return figures
+
+
+def _backlog(dsn: str) -> tuple[int, float]:
+    row = retrying(
+        dsn,
+        "select sum(jobs), max(oldest_due_seconds) from pyjobq.job_counts() where status = 1",
+    )[0]
+    return int(row[0] or 0), float(row[1] or 0.0)

@@ -23,7 +23,7 @@ class PyjobqError(Exception):
 
 
 class InvalidArgument(PyjobqError, ValueError):
-    """An argument is null, out of its allowed range or malformed (SQLSTATE class 22).
+    """An argument is null, out of range or malformed (class 22), or too big (class 54).
 
     Nothing was changed.
     """
@@ -64,14 +64,15 @@ _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
 def translate(error: psycopg.Error) -> Exception:
     """Return the pyjobq exception for ``error``, or ``error`` itself when it is none of ours.
 
-    Use as ``raise translate(e) from e``: argument errors (class 22) become
+    Use as ``raise translate(e) from e``: argument errors (class 22) and values
+    beyond PostgreSQL's limits (class 54, e.g. JSON nested too deep) become
     :class:`InvalidArgument`, the JQ codes their own classes.
     """
     sqlstate = error.sqlstate
     if sqlstate is None:
         return error
     cls = _BY_SQLSTATE.get(sqlstate)
-    if cls is None and sqlstate.startswith("22"):
+    if cls is None and sqlstate.startswith(("22", "54")):
         cls = InvalidArgument
     if cls is None and sqlstate.startswith("JQ"):
         cls = JobStateError

@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyjobq import InvalidArgument, JobQueue, JobStateError
+from pyjobq.errors import translate
 
 Conn = psycopg.Connection[Any]
 
@@ -120,7 +121,6 @@ class Background:
 
 @pytest.fixture
 def background(conn: Conn) -> Background:
-    conn.execute("set jit = off")
     q = JobQueue(conn)
     ids = [q.enqueue(1, {"n": i}, dedupe_key=f"bg{i}").job_id for i in range(5)]
     ids.append(q.enqueue(2, {"later": True}, run_after=datetime(2999, 1, 1, tzinfo=UTC)).job_id)
@@ -388,8 +388,9 @@ def test_deep_and_huge_payloads_are_stored_verbatim_or_refused_clearly(conn: Con
     # Nesting deeper than the server's stack allows is refused with 54001 and stores nothing.
     count = conn.execute("select count(*) from pyjobq.job").fetchone()
     text = '{"a":' * 100_000 + "1" + "}" * 100_000
-    with pytest.raises(psycopg.errors.StatementTooComplex):
+    with pytest.raises(psycopg.errors.StatementTooComplex) as refused:
         conn.execute("select pyjobq.job_enqueue(1, %s::jsonb)", (text,))
+    assert isinstance(translate(refused.value), InvalidArgument)  # what the binding raises
     assert conn.execute("select count(*) from pyjobq.job").fetchone() == count
 
 

@@ -101,8 +101,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.q = JobQueue(conn)
         self.now = FROZEN
         self.jobs: dict[UUID, Row] = {}
-        # job_claim's plan carries enable_sort's penalty, which triggers JIT on every call.
-        conn.execute("set jit = off")
 
     # -- helpers -------------------------------------------------------------
 

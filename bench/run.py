@@ -21,6 +21,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,16 +52,47 @@ class System:
     name: str
     argv: tuple[str, ...]
     role: Literal["peer", "subject"] = "peer"
+    # The system's job table, read by the pinned-horizon scenario's readers.
+    table: str | None = None
+    # Environment added to the driver's (e.g. to pick a mode of one driver).
+    env: tuple[tuple[str, str], ...] = ()
+    # Driver commands beyond the common contract (claimcost, sustained).
+    extras: frozenset[str] = frozenset()
 
+
+PYJOBQ_DRIVER = (sys.executable, str(BENCH / "peers" / "pyjobq_drv.py"))
 
 SYSTEMS: tuple[System, ...] = (
-    System("procrastinate", (str(PEERS_PYTHON), str(BENCH / "peers" / "procrastinate_drv.py"))),
-    System("pgqueuer", (str(PEERS_PYTHON), str(BENCH / "peers" / "pgqueuer_drv.py"))),
-    System("graphile-worker", ("node", str(BENCH / "peers" / "graphile.mjs"))),
-    System("pg-boss", ("node", str(BENCH / "peers" / "pgboss.mjs"))),
-    # pyjobq: add its driver (same contract, run with the project's own
-    # interpreter) and one entry here, e.g.
-    # System("pyjobq", (sys.executable, str(BENCH / "peers" / "pyjobq_drv.py")), role="subject"),
+    System(
+        "procrastinate",
+        (str(PEERS_PYTHON), str(BENCH / "peers" / "procrastinate_drv.py")),
+        table="procrastinate_jobs",
+    ),
+    System(
+        "pgqueuer", (str(PEERS_PYTHON), str(BENCH / "peers" / "pgqueuer_drv.py")), table="pgqueuer"
+    ),
+    System(
+        "graphile-worker",
+        ("node", str(BENCH / "peers" / "graphile.mjs")),
+        table="graphile_worker._private_jobs",
+    ),
+    System("pg-boss", ("node", str(BENCH / "peers" / "pgboss.mjs")), table="pgboss.job"),
+    # pyjobq as shipped: pyjobq.worker.Worker(concurrency=W), its defaults.
+    System(
+        "pyjobq",
+        PYJOBQ_DRIVER,
+        role="subject",
+        table="pyjobq.job",
+        extras=frozenset({"claimcost", "sustained"}),
+    ),
+    # The same SQL without the Worker: W connections, claim(50) + complete_many.
+    System(
+        "pyjobq-loop",
+        PYJOBQ_DRIVER,
+        role="subject",
+        table="pyjobq.job",
+        env=(("PYJOBQ_DRAIN", "loop"),),
+    ),
 )
 
 
@@ -150,7 +182,7 @@ def call_driver(cluster: Cluster, system: System, dbname: str, *args: object) ->
     argv = [*system.argv, *(str(a) for a in args)]
     proc = subprocess.run(
         argv,
-        env=cluster.libpq_env(dbname),
+        env={**cluster.libpq_env(dbname), **dict(system.env)},
         capture_output=True,
         text=True,
         timeout=DRIVER_TIMEOUT_S,
@@ -168,9 +200,8 @@ def call_driver(cluster: Cluster, system: System, dbname: str, *args: object) ->
 
 # --- scenarios ---------------------------------------------------------------
 #
-# A scenario takes the run's context and one system and returns its figures.
-# (4) claim cost vs backlog, (5) drain with a pinned xmin and (6) sustained
-# rate will be further entries of SCENARIOS, each with its driver command.
+# A scenario takes the run's context and one system and returns its figures
+# (none when the system's driver lacks what the scenario needs).
 
 
 @dataclass
@@ -263,10 +294,151 @@ def scenario_latency(ctx: Context, system: System) -> list[Figure]:
     ]
 
 
+class Pin:
+    """Another session's snapshot held open, plus REPEATABLE READ readers scanning the table.
+
+    The idle transaction pins the xmin horizon of the database: no row version
+    that any queue writes from then on can be removed, by vacuum or by index
+    scans marking entries dead, until it ends.
+    """
+
+    def __init__(self, cluster: Cluster, dbname: str, table: str, readers: int) -> None:
+        self.cluster, self.dbname, self.table, self.readers = cluster, dbname, table, readers
+        self.stop = threading.Event()
+        self.scans = 0
+        self.threads: list[threading.Thread] = []
+        self.pin: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> Pin:
+        table = sql.SQL(".").join(sql.Identifier(p) for p in self.table.split("."))
+        self.pin = psycopg.connect(self.cluster.server.dsn(self.dbname))
+        self.pin.execute("begin isolation level repeatable read")
+        self.pin.execute(sql.SQL("select 1 from {} limit 1").format(table))
+        for _ in range(self.readers):
+            t = threading.Thread(target=self._read, args=(table,), daemon=True)
+            t.start()
+            self.threads.append(t)
+        return self
+
+    def _read(self, table: sql.Composable) -> None:
+        with psycopg.connect(self.cluster.server.dsn(self.dbname)) as conn:
+            while not self.stop.is_set():
+                with conn.transaction():
+                    conn.execute("set transaction isolation level repeatable read")
+                    conn.execute(sql.SQL("select count(*) from {}").format(table))
+                self.scans += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        if self.pin is not None:
+            self.pin.close()
+
+
+def scenario_pinned(ctx: Context, system: System) -> list[Figure]:
+    if system.table is None:
+        return []
+    n, w = ctx.args.jobs, ctx.args.workers[-1]
+    with ctx.cluster.fresh_database(db_name(system.name, "pinned")) as db:
+        setup_system(ctx, system, db)
+        call_driver(ctx.cluster, system, db, "enqueue", n)
+        ctx.cluster.settle(db, analyze=True)
+        with Pin(ctx.cluster, db, system.table, ctx.args.pinned_readers) as pin:
+            got = call_driver(ctx.cluster, system, db, "drain", n, w)
+            got["reader_scans"] = pin.scans
+    if not got.get("verified", {}).get("ok"):
+        raise DriverError(f"{system.name} pinned drain did not finish every job: {got}")
+    return [
+        Figure(
+            f"drain pinned W={w}",
+            system.name,
+            f"drain N={n} W={w}, xmin pinned + {ctx.args.pinned_readers} RR readers",
+            "jobs/s",
+            n / got["seconds"],
+            "higher",
+            detail=got,
+        )
+    ]
+
+
+def scenario_claimcost(ctx: Context, system: System) -> list[Figure]:
+    if "claimcost" not in system.extras:
+        return []
+    k = ctx.args.claimcost_cycles
+    sizes = [(1000, 0), (ctx.args.backlog_pending, ctx.args.backlog_done)]
+    figures = []
+    for pending, done in sizes:
+        label = f"{pending:,} pending / {done:,} done"
+        with ctx.cluster.fresh_database(db_name(system.name, "claimcost")) as db:
+            setup_system(ctx, system, db)
+            got = call_driver(ctx.cluster, system, db, "claimcost", k, pending, done)
+        figures.append(
+            Figure(
+                "claim cost",
+                system.name,
+                f"claim(10) + complete_many p50, {label}",
+                "ms",
+                got["cycle_p50_ms"],
+                "lower",
+                detail=got,
+            )
+        )
+    small, big = figures
+    figures.append(
+        Figure(
+            "claim cost",
+            system.name,
+            "p50 at the big backlog / p50 at 1,000 pending",
+            "x",
+            big.value / small.value,
+            "lower",
+        )
+    )
+    return figures
+
+
+def scenario_sustained(ctx: Context, system: System) -> list[Figure]:
+    if "sustained" not in system.extras:
+        return []
+    secs, rate, w = ctx.args.sustained_seconds, ctx.args.sustained_rate, ctx.args.workers[-1]
+    with ctx.cluster.fresh_database(db_name(system.name, "sustained")) as db:
+        setup_system(ctx, system, db)
+        ctx.cluster.settle(db)
+        got = call_driver(ctx.cluster, system, db, "sustained", secs, rate, w)
+    label = f"{rate} jobs/s for {secs:g} s, W={w}"
+    return [
+        Figure(
+            "sustained",
+            system.name,
+            f"pickup p50, {label}",
+            "ms",
+            got["p50_ms"],
+            "lower",
+            detail=got,
+        ),
+        Figure("sustained", system.name, f"pickup p99, {label}", "ms", got["p99_ms"], "lower"),
+        Figure(
+            "sustained",
+            system.name,
+            "pickup p99, second half / whole run",
+            "x",
+            (got["second_half_p99_ms"] or 0) / got["p99_ms"],
+            "lower",
+        ),
+        Figure(
+            "sustained", system.name, "max n_dead_tup sampled", "rows", got["max_dead_tup"], "lower"
+        ),
+    ]
+
+
 SCENARIOS: dict[str, Callable[[Context, System], list[Figure]]] = {
     "enqueue": scenario_enqueue,
     "drain": scenario_drain,
     "latency": scenario_latency,
+    "pinned": scenario_pinned,
+    "claimcost": scenario_claimcost,
+    "sustained": scenario_sustained,
 }
 
 
@@ -311,6 +483,43 @@ def pgbench(ctx: Context, dbname: str, script: str, clients: int, *extra: str) -
 
 
 def ceiling_enqueue(ctx: Context) -> list[Figure]:
+    return [ceiling_copy(ctx), ceiling_insert(ctx)]
+
+
+def ceiling_copy(ctx: Context) -> Figure:
+    """COPY N rows into pyjobq.job itself: its indexes, defaults and checks, no function."""
+    from pyjobq.migrate import migrate
+
+    n = ctx.args.enqueue_jobs
+    with ctx.cluster.fresh_database(db_name(CEILING, "copy")) as db:
+        migrate(ctx.cluster.server.dsn(db))
+        ctx.cluster.settle(db)
+        data = (
+            b"1\t{}\t2000-01-01 00:00:00+00\t2000-01-01 00:00:00+00\t2000-01-01 00:00:00+00\n" * n
+        )
+        with ctx.cluster.connect(db) as conn:
+            started = time.perf_counter()
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "copy pyjobq.job (job_type, payload, run_after, created_at, updated_at)"
+                    " from stdin"
+                ) as copy,
+            ):
+                copy.write(data)
+            seconds = time.perf_counter() - started
+    return Figure(
+        "enqueue",
+        CEILING,
+        f"COPY N={n} rows into pyjobq.job",
+        "jobs/s",
+        n / seconds,
+        "higher",
+        detail={"seconds": seconds},
+    )
+
+
+def ceiling_insert(ctx: Context) -> Figure:
     n = ctx.args.enqueue_jobs
     with ctx.cluster.fresh_database(db_name(CEILING, "enqueue")) as db:
         with ctx.cluster.connect(db) as conn:
@@ -322,17 +531,15 @@ def ceiling_enqueue(ctx: Context) -> list[Figure]:
                 "insert into ceiling_job (payload) select '{}' from generate_series(1, %s)", (n,)
             )
             seconds = time.perf_counter() - started
-    return [
-        Figure(
-            "enqueue",
-            CEILING,
-            f"insert N={n} rows, one statement",
-            "jobs/s",
-            n / seconds,
-            "higher",
-            detail={"seconds": seconds},
-        )
-    ]
+    return Figure(
+        "enqueue",
+        CEILING,
+        f"insert N={n} rows into a plain table, one statement",
+        "jobs/s",
+        n / seconds,
+        "higher",
+        detail={"seconds": seconds},
+    )
 
 
 def ceiling_drain(ctx: Context) -> list[Figure]:
@@ -439,10 +646,12 @@ def report(figures: list[Figure], ctx: Context, roles: dict[str, str]) -> str:
             version = ctx.info.get(f.system, {}).get(
                 "version", "PostgreSQL" if f.system == CEILING else ""
             )
-            value = f"{f.value:,.0f} {f.unit}" if f.unit != "ms" else f"{f.value:.2f} ms"
+            value = (
+                f"{f.value:.2f} {f.unit}" if f.unit in ("ms", "x") else f"{f.value:,.0f} {f.unit}"
+            )
             spread = (
                 f" ({min(f.samples):,.0f}..{max(f.samples):,.0f})"
-                if len(f.samples) > 1 and f.unit != "ms"
+                if len(f.samples) > 1 and f.unit not in ("ms", "x")
                 else ""
             )
             lines.append(
@@ -450,11 +659,82 @@ def report(figures: list[Figure], ctx: Context, roles: dict[str, str]) -> str:
                 f"| {ratio(f.value, ceiling) if f.system != CEILING else ''} "
                 f"| {ratio(f.value, best) if roles.get(f.system) != 'ceiling' else ''} |"
             )
+    lines += targets(figures, roles)
     lines += ["", "| system | settings |", "|---|---|"]
     for name, answer in ctx.info.items():
         settings = "; ".join(f"{k}={v}" for k, v in answer.get("settings", {}).items())
         lines.append(f"| {name} | {settings} |")
     return "\n".join(lines)
+
+
+def targets(figures: list[Figure], roles: dict[str, str]) -> list[str]:
+    """The performance targets, each as a ratio measured within this run."""
+
+    def value(scenario: str, system: str, metric_start: str = "") -> float | None:
+        for f in figures:
+            if f.scenario == scenario and f.system == system and f.metric.startswith(metric_start):
+                return f.value
+        return None
+
+    def best(scenario: str, metric_start: str = "") -> float | None:
+        got = [
+            f.value
+            for f in figures
+            if f.scenario == scenario
+            and roles.get(f.system) == "peer"
+            and f.metric.startswith(metric_start)
+        ]
+        return max(got) if got else None
+
+    def fmt(x: float | None, unit: str = "x") -> str:
+        return "-" if x is None else f"{x:.2f}{' ' + unit if unit else ''}"
+
+    def div(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    subjects = [s for s, r in roles.items() if r == "subject"]
+    if not subjects:
+        return []
+    drain = next((f.scenario for f in figures if f.scenario.startswith("drain W=")), "")
+    pinned = next((f.scenario for f in figures if f.scenario.startswith("drain pinned")), "")
+    rows = [
+        ("drain / best peer", "≥ 2", lambda s: fmt(div(value(drain, s), best(drain)))),
+        (
+            "bulk enqueue / best peer",
+            "≥ 2",
+            lambda s: fmt(div(value("enqueue", s), best("enqueue"))),
+        ),
+        (
+            "bulk enqueue / COPY into pyjobq.job",
+            "≥ 0.5",
+            lambda s: fmt(div(value("enqueue", s), value("enqueue", CEILING, "COPY"))),
+        ),
+        ("pickup p50", "≤ 2 ms", lambda s: fmt(value("latency p50", s), "ms")),
+        ("pickup p99", "≤ 10 ms", lambda s: fmt(value("latency p99", s), "ms")),
+        (
+            "claim cost, big backlog / 1k pending",
+            "≤ 1.2",
+            lambda s: fmt(value("claim cost", s, "p50 at the big")),
+        ),
+        (
+            "drain pinned xmin / clean drain",
+            "≥ 0.8",
+            lambda s: fmt(div(value(pinned, s), value(drain, s))),
+        ),
+        (
+            "sustained pickup p99, second half / whole",
+            "≈ 1",
+            lambda s: fmt(value("sustained", s, "pickup p99, second half")),
+        ),
+    ]
+    lines = [
+        "",
+        "| target | goal | " + " | ".join(subjects) + " |",
+        "|---|---|" + "---:|" * len(subjects),
+    ]
+    for name, goal, get in rows:
+        lines.append(f"| {name} | {goal} | " + " | ".join(get(s) for s in subjects) + " |")
+    return lines
 
 
 # --- main --------------------------------------------------------------------------
@@ -489,6 +769,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--systems",
         default=",".join([s.name for s in SYSTEMS] + [CEILING]),
         help="subset of systems",
+    )
+    p.add_argument(
+        "--pinned-readers", type=int, default=4, help="REPEATABLE READ readers in 'pinned'"
+    )
+    p.add_argument(
+        "--backlog-pending", type=int, default=1_000_000, help="pending rows for the big claim cost"
+    )
+    p.add_argument(
+        "--backlog-done", type=int, default=5_000_000, help="DONE rows for the big claim cost"
+    )
+    p.add_argument("--claimcost-cycles", type=int, default=1000, help="claims timed per size")
+    p.add_argument("--sustained-seconds", type=float, default=60, help="duration of 'sustained'")
+    p.add_argument(
+        "--sustained-rate", type=int, default=1000, help="jobs/s enqueued in 'sustained'"
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per figure; the median is reported")
     p.add_argument(

@@ -77,6 +77,7 @@ def latency_summary(samples: Sequence[float | None]) -> dict[str, Any]:
         "p99_ms": round(percentile(got, 99), 3),
         "max_ms": round(got[-1], 3),
         "mean_ms": round(sum(got) / len(got), 3),
+        "latencies_ms": [round(s, 3) for s in got],
     }
 
 

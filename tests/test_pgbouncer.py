@@ -30,7 +30,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import JobQueue, JobStatus, LeaseLost
 from pyjobq.localpg import LocalPostgres
-from tests.faults.harness import EFFECTS, Recorder, WorkerThread, make_worker, wait_for
+from tests.faults.harness import EFFECTS, Recorder, make_worker
+from tests.workerhelp import Running, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -180,7 +181,7 @@ def test_worker_polls_and_drains_through_pgbouncer(bouncer_dsn: str, conn: Conn)
         await pool.open(wait=True)
 
     try:
-        runner = WorkerThread(worker)
+        runner = Running(worker)
         runner.loop.run_until_complete(open_pool())
         runner.start()
         wait_for(

@@ -68,8 +68,9 @@ class Running:
         return self
 
     def stop(self, graceful: bool = True) -> WorkerMetrics:
-        self.loop.call_soon_threadsafe(self.worker.stop, graceful)
-        self.thread.join(PATIENCE)
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.stop, graceful)
+            self.thread.join(PATIENCE)
         assert not self.thread.is_alive(), "worker did not stop"
         if isinstance(self.result, BaseException):
             raise self.result

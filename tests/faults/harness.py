@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -15,7 +13,6 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pyjobq import ClaimedJob, JobQueue
-from pyjobq.metrics import WorkerMetrics
 from pyjobq.worker import Worker
 
 # Each run of a handler records (job_id, attempt). The primary key turns a second run of the
@@ -34,17 +31,6 @@ create table if not exists fault_duplicates (job_id uuid not null, attempt int n
 MAX_ATTEMPTS = 25
 
 log = logging.getLogger("tests.faults")
-
-
-def wait_for(condition: Callable[[], Any], what: str, patience: float = 60.0) -> Any:
-    deadline = time.monotonic() + patience
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {patience}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def retrying(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -95,37 +81,6 @@ class Recorder:
         if self.sleep:
             time.sleep(self.sleep)
         return {"attempt": job.attempt}
-
-
-class WorkerThread:
-    """A Worker serving in its own thread and event loop, stopped with a drain."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.loop = asyncio.new_event_loop()
-        self.result: WorkerMetrics | BaseException | None = None
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            self.result = self.loop.run_until_complete(self.worker.serve())
-        except BaseException as e:
-            self.result = e
-
-    def start(self) -> WorkerThread:
-        self.thread.start()
-        wait_for(lambda: self.worker.ready.is_set() or self.result, "the worker to start")
-        return self
-
-    def stop(self) -> WorkerMetrics:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.worker.stop, True)
-            self.thread.join(60)
-        assert not self.thread.is_alive(), "worker did not stop"
-        if isinstance(self.result, BaseException):
-            raise self.result
-        assert self.result is not None
-        return self.result
 
 
 def make_worker(

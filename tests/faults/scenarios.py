@@ -22,13 +22,12 @@ from tests.faults.harness import (
     Producer,
     Progress,
     Recorder,
-    WorkerThread,
     finished,
     make_worker,
     retrying,
     verify,
-    wait_for,
 )
+from tests.workerhelp import Running, wait_for
 
 Figures = dict[str, Any]
 
@@ -42,7 +41,7 @@ def _workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options
     for _ in range(count):
         recorder = Recorder(dsn, concurrency, options.pop("sleep", 0.0)).open()
         stack.callback(recorder.close)
-        worker = WorkerThread(make_worker(dsn, recorder, concurrency, **options)).start()
+        worker = Running(make_worker(dsn, recorder, concurrency, **options)).start()
         stack.callback(worker.stop)
 
 

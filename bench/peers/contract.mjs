@@ -67,6 +67,7 @@ export function latencySummary(samples) {
     p99_ms: round(percentile(got, 99), 3),
     max_ms: round(got[got.length - 1], 3),
     mean_ms: round(got.reduce((a, b) => a + b, 0) / got.length, 3),
+    latencies_ms: got.map((v) => round(v, 3)),
   };
 }
 

@@ -31,6 +31,12 @@
 -- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
 -- which a session can freeze with `set pyjobq.fake_now = '...'` (tests).
 --
+-- Waiting: claim, reap and prune skip rows other sessions hold locked. The
+-- functions that must wait for a row (an uncommitted duplicate's dedupe key, a
+-- job a reaper or another transaction is changing) give up after
+-- lock_timeout = 5 s with SQLSTATE 55P03 instead of hanging behind a
+-- transaction left open; retrying later is always safe.
+--
 -- Errors: arguments out of range raise 22023 (invalid_parameter_value) or
 -- 22004 (null_value_not_allowed) naming the argument and its allowed range;
 -- queue states raise the JQ class:
@@ -305,6 +311,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_name text;
@@ -359,6 +366,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -424,6 +432,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 -- A batch of thousands of rows costs enough to cross jit_above_cost, and
 -- compiling the plan took longer than running it (270 of 450 ms for 20000).
 set jit = off
@@ -652,6 +661,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -688,6 +698,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 -- As in job_enqueue_many: large batches would be JIT-compiled for more time
 -- than they take to run.
 set jit = off
@@ -752,6 +763,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -809,6 +821,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -844,6 +857,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -940,6 +954,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();

@@ -7,6 +7,7 @@ from pyjobq.errors import (
     JobStateError,
     JobTypeConflict,
     LeaseLost,
+    LockTimeout,
     PyjobqError,
 )
 from pyjobq.migrate import migrate
@@ -40,6 +41,7 @@ __all__ = [
     "JobTypeConflict",
     "JobTypeInfo",
     "LeaseLost",
+    "LockTimeout",
     "PyjobqError",
     "ReapedJob",
     "RegisteredType",

@@ -29,6 +29,13 @@ class InvalidArgument(PyjobqError, ValueError):
     """
 
 
+class LockTimeout(PyjobqError):
+    """55P03: the row stayed locked by another transaction past the function's lock_timeout (5 s).
+
+    Nothing was changed; retrying later is safe.
+    """
+
+
 class JobStateError(PyjobqError):
     """The job is not in a state that allows the transition (SQLSTATE class JQ)."""
 
@@ -58,6 +65,7 @@ _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
     "JQ002": JobNotFound,
     "JQ003": JobAlreadyFinished,
     "JQ004": JobTypeConflict,
+    "55P03": LockTimeout,
 }
 
 

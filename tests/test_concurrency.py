@@ -9,8 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
-from pyjobq import JobQueue, LeaseLost
+from pyjobq import JobQueue, LeaseLost, LockTimeout
 from tests.sqlhelp import FROZEN, freeze, run_threads
 
 Conn = psycopg.Connection[Any]
@@ -168,3 +169,16 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
     t.join()
     assert outcome == ["JQ001"]
     assert conn.execute("select status, attempts from pyjobq.job").fetchone() == (1, 1)
+
+
+def test_a_call_that_must_wait_gives_up_after_its_lock_timeout(conn: Conn, make_conn: Any) -> None:
+    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    conn.execute("select pyjobq.job_claim('w1')")
+    holder, waiter = make_conn(), make_conn()
+    with holder.transaction():
+        holder.execute("select 1 from pyjobq.job where job_id = %s for update", (job_id,))
+        with pytest.raises(LockTimeout) as timed_out:
+            JobQueue(waiter).complete(job_id, "w1", 1)
+    assert timed_out.value.sqlstate == "55P03"
+    assert conn.execute("select status from pyjobq.job").fetchone() == (2,)
+    JobQueue(waiter).complete(job_id, "w1", 1)  # nothing was changed: the holder may finish

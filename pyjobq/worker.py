@@ -4,12 +4,14 @@ Architecture: one asyncio event loop per process drives everything through
 :class:`~pyjobq.aio.AsyncJobQueue`. ``async def`` handlers run on that loop;
 plain functions run in a thread pool of ``concurrency`` threads. Around them:
 
-* the claimer takes up to the free capacity (running + prefetched jobs) in one
-  ``job_claim`` and waits for a NOTIFY, free room or the poll interval;
+* the claimer takes up to the free capacity (running, prefetched and finished but
+  not yet completed jobs) in one ``job_claim`` and waits for a NOTIFY, free room
+  or the poll interval;
 * runners start prefetched jobs; a job that waited more than a fraction of its
   lease in the prefetch buffer is released instead;
 * the flusher completes finished jobs with ``job_complete_many`` a few
-  milliseconds after the first of a batch finished;
+  milliseconds after the first of a batch finished, or at once when half the
+  capacity waits for it;
 * the heartbeat renews the lease of every running job well before it ends; a
   lease found lost marks the job so its result is dropped, never completed;
 * the listener LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
@@ -54,6 +56,11 @@ AsyncHandler = Callable[[ClaimedJob], Awaitable[Payload | None]]
 Handler = SyncHandler | AsyncHandler
 
 CHANNEL = "pyjobq_job"
+
+# job_claim takes at most this many jobs per call.
+MAX_CLAIM = 1000
+# Default prefetch floor: jobs claimed ahead of free runners.
+DEFAULT_PREFETCH = 100
 
 # Errors that mean "the database is not reachable right now": retry with backoff.
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
@@ -128,7 +135,7 @@ class Worker:
         poll_interval: float = 5.0,
         reap_interval: float = 30.0,
         flush_delay: float = 0.01,
-        flush_batch: int = 1000,
+        flush_batch: int = 100,
         prefetch_lease_fraction: float = 0.25,
         shutdown_timeout: float = 30.0,
         worker_id: str | None = None,
@@ -142,7 +149,9 @@ class Worker:
         self.handlers = {int(t): h for t, h in handlers.items()}
         self.job_types = sorted(self.handlers)
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
+        # Claims are sized by free room: a small prefetch means many small claims, and a
+        # claim costs a round trip whatever its size.
+        self.prefetch = max(concurrency, DEFAULT_PREFETCH) if prefetch is None else prefetch
         self.lease_seconds = lease_seconds
         self.job_timeout = job_timeout
         self.listen = listen
@@ -175,6 +184,11 @@ class Worker:
         self._queue: AsyncJobQueue | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._async_types = {t for t, h in self.handlers.items() if _is_async(h)}
+        # The claimer is woken to claim more once the buffer is down to this.
+        self._low_water = self.prefetch // 2
+        # Completions are sent at once when this many are waiting: a full batch, or half
+        # of what the claimer may hold (it claims no more until they are sent).
+        self._flush_at = max(1, min(self.flush_batch, (concurrency + self.prefetch) // 2))
 
     # -- control -------------------------------------------------------------
 
@@ -356,10 +370,12 @@ class Worker:
     # -- claiming ------------------------------------------------------------
 
     def _room_for(self) -> int:
-        if len(self._buffer) > self.prefetch // 2:
+        if len(self._buffer) > self._low_water:
             return 0
-        room = self.concurrency + self.prefetch - len(self._running) - len(self._buffer)
-        return max(0, min(room, 1000))
+        # Finished jobs waiting for complete_many still hold their rows RUNNING.
+        held = len(self._running) + len(self._buffer) + len(self._done)
+        room = self.concurrency + self.prefetch - held
+        return max(0, min(room, MAX_CLAIM))
 
     async def _claimer(self) -> None:
         failures = 0
@@ -421,7 +437,8 @@ class Worker:
                 self._job_ready.clear()
                 await self._job_ready.wait()
             held = self._buffer.popleft()
-            self._room.set()
+            if not self._room.is_set() and len(self._buffer) <= self._low_water:
+                self._room.set()
             if time.monotonic() - held.claimed_at > self.max_prefetch_age:
                 await self._release([held])
                 continue
@@ -430,7 +447,8 @@ class Worker:
                 await self._run(held)
             finally:
                 self._running.discard(held)
-                self._room.set()
+                if not self._room.is_set() and len(self._buffer) <= self._low_water:
+                    self._room.set()
 
     async def _run(self, held: _Held) -> None:
         job = held.job
@@ -438,19 +456,32 @@ class Worker:
         self.metrics.observe_latency(max(0.0, (datetime.now(UTC) - job.run_after).total_seconds()))
         self.hooks.on_job_start(job)
         handler = self.handlers[job.job_type]
-        if job.job_type in self._async_types:
-            coro: Awaitable[Payload | None] = handler(job)  # type: ignore[assignment]
-            held.task = asyncio.ensure_future(coro)
-        else:
-            loop = asyncio.get_running_loop()
-            held.task = loop.run_in_executor(self._executor, handler, job)
         try:
-            result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
+            if self.job_timeout is None:
+                # No deadline: no extra task or shield per job. An async handler runs in
+                # this runner's task (a hard stop cancels the runner), a sync one in the pool.
+                if job.job_type in self._async_types:
+                    result = await handler(job)  # type: ignore[misc]
+                else:
+                    loop = asyncio.get_running_loop()
+                    held.task = loop.run_in_executor(self._executor, handler, job)
+                    result = await held.task
+            else:
+                if job.job_type in self._async_types:
+                    coro: Awaitable[Payload | None] = handler(job)  # type: ignore[assignment]
+                    held.task = asyncio.ensure_future(coro)
+                else:
+                    loop = asyncio.get_running_loop()
+                    held.task = loop.run_in_executor(self._executor, handler, job)
+                result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
         except Retry as e:
             await self._fail(held, e, e.delay_seconds, False)
         except DeadLetter as e:
             await self._fail(held, e, None, True)
         except TimeoutError as e:
+            if self.job_timeout is None or held.task is None:  # raised by the handler itself
+                await self._fail(held, e, None, False)
+                return
             held.task.cancel()
             self.metrics.timed_out += 1
             timeout = TimeoutError(f"handler did not finish within {self.job_timeout}s")
@@ -465,7 +496,7 @@ class Worker:
             held.result = result
             self._done.append(held)
             self._have_done.set()
-            if len(self._done) >= self.flush_batch:
+            if len(self._done) >= self._flush_at:
                 self._flush_now.set()
 
     def _lost(self, held: _Held) -> None:
@@ -531,6 +562,7 @@ class Worker:
                     break
                 failures = 0
                 del self._done[: len(batch)]
+                self._room.set()
             if not self._done:
                 self._have_done.clear()
                 if self._closing:

@@ -7,7 +7,7 @@ Settings are pyjobq's recommended ones:
   ``PYJOBQ_ENQUEUE_BATCH`` jobs, default 20000, all on one connection and in
   one transaction);
 * drain and latency: one ``pyjobq.worker.Worker`` with ``concurrency=W`` and
-  its defaults (prefetch = W, completions flushed with ``job_complete_many``
+  its defaults (prefetch = max(100, W), completions flushed with ``job_complete_many``
   10 ms after the first of a batch finished, LISTEN/NOTIFY wake-ups).
   ``PYJOBQ_DRAIN=loop`` runs a bench-local loop instead: W connections, each
   ``claim(limit=PYJOBQ_LOOP_BATCH)`` then ``complete_many`` of what it got.
@@ -51,7 +51,7 @@ JOB_TYPE = 1
 ENQUEUE_BATCH = int(os.environ.get("PYJOBQ_ENQUEUE_BATCH", "20000"))
 DRAIN_MODE = os.environ.get("PYJOBQ_DRAIN", "worker")
 LOOP_BATCH = int(os.environ.get("PYJOBQ_LOOP_BATCH", "50"))
-# Worker prefetch (jobs claimed ahead of free runners); unset = the Worker default (= W).
+# Worker prefetch (jobs claimed ahead of free runners); unset = the Worker default.
 PREFETCH = int(os.environ["PYJOBQ_PREFETCH"]) if os.environ.get("PYJOBQ_PREFETCH") else None
 CLAIMCOST_BATCH = 10
 SUSTAINED_TICK_S = 0.010
@@ -91,7 +91,8 @@ def worker_settings(w: int) -> dict[str, Any]:
             "drain": f"bench loop: W connections, claim(limit={LOOP_BATCH}) + complete_many",
         }
     return {
-        "drain": "pyjobq.worker.Worker(concurrency=W), defaults: prefetch=W, flush_delay=10ms",
+        "drain": "pyjobq.worker.Worker(concurrency=W), defaults: prefetch=max(100, W),"
+        " flush_delay=10ms, flush_batch=100",
         "listen": "LISTEN/NOTIFY on pyjobq_job",
     }
 

@@ -93,6 +93,14 @@ comment on table pyjobq.job_type is
 
 insert into pyjobq.job_type (job_type, name) values (1, 'SEARCH'), (2, 'OUTBOX');
 
+-- Enqueue order: the claim's tiebreaker after priority and run_after, so
+-- that every position in the claim order is unique and later jobs sort later.
+create sequence pyjobq.job_seq;
+
+-- Bumped (never rolled back, no row lock) by every change that can make a job
+-- PENDING at a position before the claim order's current front; see job_claim.
+create sequence pyjobq.job_claim_epoch;
+
 create table pyjobq.job (
   job_id uuid not null default gen_random_uuid(),
   job_type smallint not null,
@@ -110,6 +118,7 @@ create table pyjobq.job (
   last_error text,
   created_at timestamptz not null,
   updated_at timestamptz not null,
+  seq bigint not null default nextval('pyjobq.job_seq'),
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 4),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -122,6 +131,8 @@ comment on table pyjobq.job is
   'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD.';
 comment on column pyjobq.job.attempts is
   'Claims so far (+1 at each claim); also the fencing token a holder passes back to complete, fail, renew or release.';
+comment on column pyjobq.job.seq is
+  'Enqueue order, from sequence pyjobq.job_seq: breaks ties in the claim order (priority, run_after, seq).';
 comment on column pyjobq.job.run_after is
   'The job is not claimed before this time (scheduling and retry backoff).';
 comment on column pyjobq.job.lease_until is
@@ -132,7 +143,7 @@ comment on column pyjobq.job.dedupe_key is
 -- The claim: due PENDING jobs in priority then due-time order. The ORDER BY
 -- matches this index exactly, so an ordered index scan that stops at LIMIT is
 -- the only sensible plan whatever the statistics say (or do not yet say).
-create index job_claim_idx on pyjobq.job (priority, run_after) where status = 1;
+create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status = 1;
 
 -- The reaper: expired leases among RUNNING jobs only.
 create index job_lease_idx on pyjobq.job (lease_until) where status = 2;
@@ -394,6 +405,9 @@ begin
     on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
+      if v_run_after < v_now then
+        perform nextval('pyjobq.job_claim_epoch');  -- may sort before a claim front
+      end if;
       if v_run_after <= v_now then
         perform pg_notify('pyjobq_job', p_job_type::text);
       end if;
@@ -474,6 +488,10 @@ begin
       raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
         using errcode = '22023';
     end if;
+  end if;
+
+  if v_run_after < v_now then
+    perform nextval('pyjobq.job_claim_epoch');  -- the jobs may sort before a claim front
   end if;
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
@@ -589,12 +607,24 @@ declare
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
+  v_front text[] := string_to_array(current_setting('pyjobq.claim_front', true), '/');
+  v_epoch bigint;
+  v_bounded boolean;
+  -- Without a front these match nothing yet keep every scan an index scan.
+  v_priority smallint := -1;
+  v_run_after timestamptz := '-infinity';
+  v_seq bigint := 0;
+  v_row record;
+  v_head_last record;
+  v_last record;
+  v_claimed int := 0;
+  v_from_head int := 0;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   if p_job_types is null then
-    select array_agg(t.job_type) into v_types from pyjobq.job_type t;
+    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
   elsif exists (select 1
                   from unnest(p_job_types) as u(code)
                  where u.code is null or u.code not between 1 and 32767) then
@@ -605,19 +635,83 @@ begin
     v_types := p_job_types::smallint[];
   end if;
 
-  -- One statement: the MATERIALIZED CTE locks at most v_limit rows exactly
-  -- once (a plain subquery may be re-run by a nested loop and lock more), and
-  -- SKIP LOCKED lets concurrent claimers take the next rows instead of waiting.
-  return query
-  with picked as materialized (
-    select c.job_id
+  -- The front. Each claimed job leaves an index entry behind that a snapshot
+  -- older than the claim can still see (an idle transaction, a long report),
+  -- and while such a snapshot lives, no scan and no vacuum may drop it: every
+  -- claim from the head of job_claim_idx would walk past all jobs claimed
+  -- since, and a drain would turn quadratic. So the session remembers where
+  -- its last claim ended, (priority, run_after, seq): every due job before
+  -- that point was claimed, or locked by a claimer, when it was taken. New
+  -- jobs sort after it (seq grows, run_after >= now), except jobs of a more
+  -- urgent priority, looked for separately ("ahead"), and jobs that a change
+  -- puts back before it (release, a past run_after, redrive, a retry due at
+  -- once), which bump pyjobq.job_claim_epoch and so void every front. A front
+  -- also expires after a second and is kept per set of job types, which
+  -- bounds the wait of a job left behind by a claim that rolled back. When
+  -- the part after the front cannot fill the batch, the scan from the head
+  -- fills it, so an emptying queue is answered exactly as without a front.
+  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
+  v_bounded := coalesce(cardinality(v_front) = 6
+                        and v_front[1] = v_epoch::text
+                        and v_front[3] = v_types::text
+                        and extract(epoch from clock_timestamp()) * 1000000 < v_front[2]::numeric + 1000000,
+                        false);
+  if v_bounded then
+    v_priority := v_front[4]::smallint;
+    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[5]::bigint / 1000000)
+                   + (v_front[5]::bigint % 1000000) * interval '1 microsecond';
+    v_seq := v_front[6]::bigint;
+  end if;
+
+  -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
+  -- (a plain subquery may be re-run by a nested loop and lock more), and SKIP
+  -- LOCKED lets concurrent claimers take the next rows instead of waiting.
+  -- The urgent jobs ahead of the front come first, then the jobs after it,
+  -- then the scan from the head. Without a front, "ahead" and "after" have
+  -- limit 0 and read nothing.
+  for v_row in
+  with ahead as materialized (
+    select c.job_id, 1 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.priority < v_priority
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  after as materialized (
+    select c.job_id, 2 as part
+      from pyjobq.job c
+     where c.status = 1
+       and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  head as materialized (
+    select c.job_id, 3 as part
       from pyjobq.job c
      where c.status = 1
        and c.run_after <= v_now
        and c.job_type = any (v_types)
-     order by c.priority, c.run_after
+       and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
+     order by c.priority, c.run_after, c.seq
      limit v_limit
        for update skip locked
+  ),
+  -- CTEs run as far as they are read: once v_limit jobs are picked, the
+  -- scans not yet reached never start and lock nothing.
+  picked as (
+    (select a.job_id, a.part from ahead a
+     union all
+     select f.job_id, f.part from after f
+     union all
+     select h.job_id, h.part from head h)
+    limit v_limit
   ),
   claimed as (
     update pyjobq.job j
@@ -630,12 +724,42 @@ begin
       from picked p
      where j.job_id = p.job_id
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.seq, p.part
   )
-  select c.job_id, c.job_type::int, c.priority::int, c.payload, c.attempts::int, c.max_attempts::int,
-         c.dedupe_key::text, c.run_after, c.lease_until, c.created_at
+  select c.*
     from claimed c
-   order by c.priority, c.run_after;
+   order by c.priority, c.run_after, c.seq
+  loop
+    job_id := v_row.job_id;
+    job_type := v_row.job_type;
+    priority := v_row.priority;
+    payload := v_row.payload;
+    attempt := v_row.attempts;
+    max_attempts := v_row.max_attempts;
+    dedupe_key := v_row.dedupe_key;
+    run_after := v_row.run_after;
+    lease_until := v_row.lease_until;
+    created_at := v_row.created_at;
+    return next;
+    v_claimed := v_claimed + 1;
+    v_last := v_row;
+    if v_row.part = 3 then
+      v_from_head := v_from_head + 1;
+      v_head_last := v_row;
+    end if;
+  end loop;
+  -- The new front: the last job taken, or, when the head scan took any, the
+  -- last of those (due jobs may remain between it and the old front).
+  if v_from_head > 0 then
+    v_last := v_head_last;
+  end if;
+  if v_claimed > 0 then
+    perform set_config(
+      'pyjobq.claim_front',
+      concat_ws('/', v_epoch, (extract(epoch from clock_timestamp()) * 1000000)::bigint, v_types::text,
+                v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
+      false);
+  end if;
 end;
 $$;
 
@@ -697,13 +821,13 @@ volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
--- As in job_enqueue_many: large batches would be JIT-compiled for more time
--- than they take to run.
-set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_i int;
+  v_done_ids uuid[] := '{}';
+  v_done_attempts int[] := '{}';
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
@@ -716,31 +840,33 @@ begin
             hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
   end if;
 
-  return query
-  with input as materialized (
-    select u.job_id, u.attempt, u.result, u.ord
-      from unnest(p_job_ids, p_attempts, coalesce(p_results, array_fill(null::jsonb, array[v_count])))
-           with ordinality as u(job_id, attempt, result, ord)
-  ),
-  done as (
+  -- One primary-key update per job: every plan of a set-based join proved
+  -- hostage to statistics (on a table that undercounts RUNNING jobs it
+  -- scanned every lease once per input job, or looked up the whole array
+  -- once per input job), while this is linear in the batch whatever they say.
+  for v_i in 1 .. v_count loop
+    job_id := p_job_ids[v_i];
     update pyjobq.job j
        set status = 3,
-           result = i.result,
+           result = p_results[v_i],
            lease_until = null,
            updated_at = v_now
-      from input i
-     where j.job_id = i.job_id
+     where j.job_id = p_job_ids[v_i]
        and j.status = 2
        and j.worker_id = p_worker_id
-       and j.attempts = i.attempt
-    returning j.job_id
-  )
-  -- A join, not a correlated exists() per input row: that rescanned the
-  -- whole batch for every job (quadratic in the batch size).
-  select i.job_id, d.job_id is not null
-    from input i
-    left join done d on d.job_id = i.job_id
-   order by i.ord;
+       and j.attempts = p_attempts[v_i];
+    if found then
+      v_done_ids := v_done_ids || job_id;
+      v_done_attempts := v_done_attempts || p_attempts[v_i];
+      completed := true;
+    else
+      -- The same attempt listed twice was completed by its first mention.
+      completed := exists (select 1
+                             from unnest(v_done_ids, v_done_attempts) as d(id, attempt)
+                            where d.id = job_id and d.attempt = p_attempts[v_i]);
+    end if;
+    return next;
+  end loop;
 end;
 $$;
 
@@ -796,6 +922,9 @@ begin
   returning j.status::int, j.run_after;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  if p_retry_delay_seconds = 0 then
+    perform nextval('pyjobq.job_claim_epoch');  -- due at once: may sort before a claim front
   end if;
 end;
 $$;
@@ -875,6 +1004,7 @@ begin
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
+  perform nextval('pyjobq.job_claim_epoch');  -- back at its old place, before claim fronts
 end;
 $$;
 
@@ -998,6 +1128,7 @@ begin
     end;
   end loop;
   if v_moved > 0 then
+    perform nextval('pyjobq.job_claim_epoch');  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;
 end;

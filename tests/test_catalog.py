@@ -73,13 +73,16 @@ def test_python_enums_match_the_sql_codes(conn: Conn) -> None:
     assert checks == (f"CHECK (((status >= {min(JobStatus)}) AND (status <= {max(JobStatus)})))",)
 
 
-def claim_plans(conn: Conn, calls: int) -> list[dict[str, Any]]:
-    """The plans of the claim's statement as auto_explain reports them for ``calls`` claims."""
+def nested_plans(
+    conn: Conn, statement: str, marker: str, calls: int, params: tuple[Any, ...] = ()
+) -> list[dict[str, Any]]:
+    """auto_explain's JSON plans of the nested statements whose text has ``marker``, over ``calls``
+    runs of ``statement`` (past the 5 custom plans, into the generic one when calls > 5)."""
     plans: list[dict[str, Any]] = []
 
     def keep(diag: psycopg.errors.Diagnostic) -> None:
         text = diag.message_primary or ""
-        if "job_claim_idx" in text or "FOR UPDATE" in text or "pyjobq.job c" in text:
+        if marker in text:
             plans.append(json.loads(text[text.index("{") :]))
 
     conn.add_notice_handler(keep)
@@ -92,9 +95,24 @@ def claim_plans(conn: Conn, calls: int) -> list[dict[str, Any]]:
     }.items():
         conn.execute("select set_config(%s, %s, false)", (setting, value))
     for _ in range(calls):
-        conn.execute("select * from pyjobq.job_claim('w1', 10)")
+        conn.execute(statement, params)
     conn.execute("select set_config('auto_explain.log_min_duration', '-1', false)")
+    conn.remove_notice_handler(keep)
     return plans
+
+
+def bulk_load_unanalyzed(conn: Conn, jobs: int) -> None:
+    """``jobs`` due jobs inserted directly, with autovacuum off so the table is never analyzed."""
+    conn.execute("alter table pyjobq.job set (autovacuum_enabled = false)")
+    conn.execute(
+        "insert into pyjobq.job (job_type, payload, priority, run_after, created_at, updated_at)"
+        " select 1 + g %% 2, '{}', g %% 5, now() - interval '1 hour', now(), now()"
+        " from generate_series(1, %s) g",
+        (jobs,),
+    )
+    assert conn.execute(
+        "select last_analyze, last_autoanalyze from pg_stat_user_tables where relname = 'job'"
+    ).fetchone() == (None, None)
 
 
 def node_types(plan: Any) -> list[str]:
@@ -113,40 +131,48 @@ def node_types(plan: Any) -> list[str]:
     return found
 
 
-def locking_scan(plan: Any) -> Any:
-    """The subtree under the plan's LockRows node: the scan that picks the jobs to claim."""
+def locking_scans(plan: Any) -> list[Any]:
+    """Every subtree under a LockRows node: the scans that pick the jobs to claim."""
     if isinstance(plan, dict):
         if plan.get("Node Type") == "LockRows":
-            return plan
+            return [plan]
         children = list(plan.values())
     elif isinstance(plan, list):
         children = plan
     else:
-        return None
-    for child in children:
-        found = locking_scan(child)
-        if found is not None:
-            return found
-    return None
+        return []
+    return [found for child in children for found in locking_scans(child)]
 
 
 def test_claim_on_a_bulk_loaded_never_analyzed_table_scans_the_claim_index(conn: Conn) -> None:
-    conn.execute("alter table pyjobq.job set (autovacuum_enabled = false)")
-    conn.execute(
-        "insert into pyjobq.job (job_type, payload, priority, run_after, created_at, updated_at)"
-        " select 1 + g % 2, '{}', g % 5, now() - interval '1 hour', now(), now()"
-        " from generate_series(1, 200000) g"
-    )
-    assert conn.execute(
-        "select last_analyze, last_autoanalyze from pg_stat_user_tables where relname = 'job'"
-    ).fetchone() == (None, None)
-    plans = claim_plans(conn, 7)  # past the 5 custom plans, into the generic one
+    bulk_load_unanalyzed(conn, 200000)
+    plans = nested_plans(conn, "select * from pyjobq.job_claim('w1', 10)", "pyjobq.job c", 7)
     assert len(plans) == 7
     for plan in plans:
-        nodes = node_types(locking_scan(plan))
+        scans = locking_scans(plan)
+        assert scans
+        nodes = node_types(scans)
         assert "job_claim_idx" in nodes, nodes
         assert "Sort" not in nodes, nodes
         assert not [n for n in nodes if n.startswith("Bitmap")], nodes
         assert "Seq Scan" not in nodes, nodes
         # Disabling sorts inflates plan costs; JIT compiling each claim would cost ~1 s.
         assert "JIT" not in json.dumps(plan)
+
+
+def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: Conn) -> None:
+    bulk_load_unanalyzed(conn, 20000)
+    conn.execute("select count(*) from pyjobq.job_claim('w1', 1000)")
+    held = conn.execute("select job_id from pyjobq.job where status = 2 limit 70").fetchall()
+    batches = [[r[0] for r in held[i : i + 10]] for i in range(0, 70, 10)]
+    plans: list[dict[str, Any]] = []
+    complete = "select * from pyjobq.job_complete_many('w1', %s, array_fill(1, array[10]))"
+    for batch in batches:
+        plans += nested_plans(conn, complete, "update pyjobq.job", 1, (batch,))
+    assert len(plans) == 70
+    for plan in plans:
+        nodes = node_types(plan)
+        assert "job_pkey" in nodes, nodes
+        assert "job_lease_idx" not in nodes, nodes
+        assert "Seq Scan" not in nodes, nodes
+    assert conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() == (70,)

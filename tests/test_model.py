@@ -269,14 +269,16 @@ class QueueMachine(RuleBasedStateMachine):
         # One worker completes the lot: tokens of the other worker are simply not held by it.
         worker = batch[0].worker_id
         pairs = [(t.job_id, t.attempt) for t in batch] + ([(uuid4(), 1)] if stranger else [])
-        done = {
-            job_id
+        # Each (job, attempt) counts: a stale attempt listed beside the held one is not completed,
+        # and a held attempt listed twice is reported completed both times.
+        held = {
+            (job_id, attempt)
             for job_id, attempt in pairs
             if self.expect_not_held(Token(job_id, worker, attempt)) is None
         }
         got = self.q.complete_many(worker, [p[0] for p in pairs], [p[1] for p in pairs])
-        assert [(c.job_id, c.completed) for c in got] == [(p[0], p[0] in done) for p in pairs]
-        for job_id in done:
+        assert [(c.job_id, c.completed) for c in got] == [(p[0], p in held) for p in pairs]
+        for job_id in {job_id for job_id, _ in held}:
             job = self.jobs[job_id]
             self.jobs[job_id] = replace(job, status=DONE, lease_until=None, updated_at=self.now)
 
@@ -367,8 +369,9 @@ class QueueMachine(RuleBasedStateMachine):
             )  # fmt: skip
             if job.attempts >= job.max_attempts:
                 assert (r.status, r.run_after) == (DEAD, job.run_after)
+                # The worker is cleared: the holder that lost its lease gets JQ001, not JQ003.
                 self.jobs[r.job_id] = replace(
-                    job, status=DEAD, lease_until=None, updated_at=self.now
+                    job, status=DEAD, worker_id=None, lease_until=None, updated_at=self.now
                 )
             else:
                 assert r.status == PENDING

@@ -1,0 +1,83 @@
+"""The claim front: a session resumes after its last claim, yet never skips a job it should take."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from tests.sqlhelp import FROZEN, claim, enqueue, freeze
+
+Conn = psycopg.Connection[Any]
+
+
+def fill(conn: Conn, jobs: int) -> list[Any]:
+    """``jobs`` jobs enqueued in one call: they share run_after and differ only in seq."""
+    rows = conn.execute(
+        "select job_id from pyjobq.job_enqueue_many(1,"
+        " array(select '{}'::jsonb from generate_series(1, %s))) order by ord",
+        (jobs,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def ids(rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [r[0] for r in rows]
+
+
+def test_claims_resume_in_enqueue_order_and_record_a_front(conn: Conn) -> None:
+    jobs = fill(conn, 10)
+    assert ids(claim(conn, limit=3)) == jobs[:3]
+    assert conn.execute("select current_setting('pyjobq.claim_front', true)").fetchone()[0]
+    assert ids(claim(conn, limit=3)) == jobs[3:6]
+    assert ids(claim(conn, limit=10)) == jobs[6:]
+
+
+def test_a_more_urgent_job_enqueued_after_the_front_is_taken_first(conn: Conn) -> None:
+    jobs = fill(conn, 6)
+    claim(conn, limit=2)
+    urgent = enqueue(conn, 1, "{}", 5)
+    assert ids(claim(conn, limit=2)) == [urgent, jobs[2]]
+
+
+def test_a_released_job_goes_back_before_the_front_and_is_taken_next(conn: Conn) -> None:
+    jobs = fill(conn, 6)
+    first, _ = claim(conn, limit=2)
+    conn.execute("select pyjobq.job_release(%s, 'w1', %s)", first)
+    assert ids(claim(conn, limit=2)) == [jobs[0], jobs[2]]
+
+
+def test_jobs_put_before_the_front_void_it(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    jobs = fill(conn, 6)
+    claim(conn, limit=2)
+    overdue = enqueue(conn, 1, "{}", None, FROZEN - timedelta(hours=1))
+    assert ids(claim(conn, limit=2)) == [overdue, jobs[2]]
+    (retried, attempt), *_ = claim(conn, limit=1)
+    conn.execute("select pyjobq.job_fail(%s, 'w1', %s, 'now', 0)", (retried, attempt))
+    assert ids(claim(conn, limit=1)) == [retried]
+
+
+def test_a_front_is_kept_per_set_of_job_types(conn: Conn) -> None:
+    outbox = enqueue(conn, 2, "{}")
+    search = fill(conn, 4)
+    rows = conn.execute("select job_id from pyjobq.job_claim('w1', 2, null, array[1])").fetchall()
+    assert ids(rows) == search[:2]
+    rows = conn.execute("select job_id from pyjobq.job_claim('w1', 2, null, array[2])").fetchall()
+    assert ids(rows) == [outbox]
+
+
+def test_jobs_left_behind_by_a_rolled_back_claim_are_taken_when_the_rest_runs_dry(
+    conn: Conn, make_conn: Any
+) -> None:
+    jobs = fill(conn, 10)
+    other = make_conn()
+    with other.transaction(force_rollback=True):
+        assert ids(claim(other, "w2", 3)) == jobs[:3]
+        assert ids(claim(conn, limit=3)) == jobs[3:6]  # skips the three rows w2 holds
+    # w2 rolled back: jobs[:3] are PENDING again, behind this session's front.
+    assert ids(claim(conn, limit=2)) == jobs[6:8]
+    taken = ids(claim(conn, limit=10))
+    assert sorted(taken, key=jobs.index) == jobs[:3] + jobs[8:]
+    assert conn.execute("select count(*) from pyjobq.job where status = 1").fetchone() == (0,)

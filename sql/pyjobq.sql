@@ -145,8 +145,11 @@ comment on column pyjobq.job.dedupe_key is
 -- the only sensible plan whatever the statistics say (or do not yet say).
 create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status = 1;
 
--- The reaper: expired leases among RUNNING jobs only.
-create index job_lease_idx on pyjobq.job (lease_until) where status = 2;
+-- The reaper: expired leases (only RUNNING jobs have one). The predicate is
+-- on lease_until, not status: the compare-and-set transitions look a job up
+-- by id with status = 2, and when statistics undercount RUNNING jobs the
+-- planner would otherwise read this whole index for each of them.
+create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
 
 -- The active-duplicate guard; DONE and DEAD jobs free their key.
 create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)

@@ -651,21 +651,28 @@ begin
   -- urgent priority, looked for separately ("ahead"), and jobs that a change
   -- puts back before it (release, a past run_after, redrive, a retry due at
   -- once), which bump pyjobq.job_claim_epoch and so void every front. A front
-  -- also expires after a second and is kept per set of job types, which
-  -- bounds the wait of a job left behind by a claim that rolled back. When
+  -- also expires after a second, is void once the clock reads earlier than
+  -- when it was taken, and is kept per set of job types; the expiry bounds the
+  -- wait of a job left behind by a claim that rolled back. When
   -- the part after the front cannot fill the batch, the scan from the head
   -- fills it, so an emptying queue is answered exactly as without a front.
   select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
-  v_bounded := coalesce(cardinality(v_front) = 6
+  v_bounded := coalesce(cardinality(v_front) = 7
                         and v_front[1] = v_epoch::text
                         and v_front[3] = v_types::text
-                        and extract(epoch from clock_timestamp()) * 1000000 < v_front[2]::numeric + 1000000,
+                        and extract(epoch from clock_timestamp()) * 1000000 < v_front[2]::numeric + 1000000
+                        -- a clock set back (a frozen test clock reset, an NTP
+                        -- step) would let new jobs sort before the front
+                        and extract(epoch from v_now) * 1000000 >= v_front[4]::numeric,
                         false);
+  if not v_bounded and cardinality(v_front) > 0 then
+    perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
+  end if;
   if v_bounded then
-    v_priority := v_front[4]::smallint;
-    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[5]::bigint / 1000000)
-                   + (v_front[5]::bigint % 1000000) * interval '1 microsecond';
-    v_seq := v_front[6]::bigint;
+    v_priority := v_front[5]::smallint;
+    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[6]::bigint / 1000000)
+                   + (v_front[6]::bigint % 1000000) * interval '1 microsecond';
+    v_seq := v_front[7]::bigint;
   end if;
 
   -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
@@ -762,6 +769,7 @@ begin
     perform set_config(
       'pyjobq.claim_front',
       concat_ws('/', v_epoch, (extract(epoch from clock_timestamp()) * 1000000)::bigint, v_types::text,
+                (extract(epoch from v_now) * 1000000)::bigint,
                 v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
       false);
   end if;

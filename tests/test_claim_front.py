@@ -81,3 +81,15 @@ def test_jobs_left_behind_by_a_rolled_back_claim_are_taken_when_the_rest_runs_dr
     taken = ids(claim(conn, limit=10))
     assert sorted(taken, key=jobs.index) == jobs[:3] + jobs[8:]
     assert conn.execute("select count(*) from pyjobq.job where status = 1").fetchone() == (0,)
+
+
+def test_a_clock_set_back_voids_the_front_for_good(conn: Conn) -> None:
+    freeze(conn, FROZEN + timedelta(hours=1))
+    jobs = fill(conn, 4)
+    claim(conn, limit=2)
+    freeze(conn, FROZEN)
+    assert claim(conn, limit=2) == []  # nothing is due yet, and the front is dropped
+    assert conn.execute("select current_setting('pyjobq.claim_front')").fetchone() == ("",)
+    earlier = enqueue(conn)  # due at FROZEN, so before the old front's run_after
+    freeze(conn, FROZEN + timedelta(hours=2))
+    assert ids(claim(conn, limit=2)) == [earlier, jobs[2]]

@@ -145,6 +145,8 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize()
     def clean_database(self) -> None:
         self.conn.execute("truncate pyjobq.job")
+        # The clock goes back to FROZEN: the claim front assumes a clock that does not go back.
+        self.conn.execute("reset pyjobq.claim_front")
         self.now = FROZEN
         freeze(self.conn, self.now)
 

@@ -10,12 +10,11 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import class_row, scalar_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import statements as sql
 from pyjobq.errors import translate
-from pyjobq.queue import Payload, jsonb
+from pyjobq.queue import Payload, jsonb, jsonb_array, optional_list
 from pyjobq.rows import (
     ClaimedJob,
     Completion,
@@ -93,8 +92,8 @@ class AsyncJobQueue:
         max_attempts: int | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip."""
-        keys = None if dedupe_keys is None else list(dedupe_keys)
-        params = (job_type, [Jsonb(p) for p in payloads], keys, priority, run_after, max_attempts)
+        keys = optional_list(dedupe_keys)
+        params = (job_type, jsonb_array(payloads), keys, priority, run_after, max_attempts)
         return await self._rows(Enqueued, sql.ENQUEUE_MANY, params)
 
     async def claim(
@@ -105,8 +104,8 @@ class AsyncJobQueue:
         job_types: Sequence[int] | None = None,
     ) -> list[ClaimedJob]:
         """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``."""
-        types = None if job_types is None else list(job_types)
-        return await self._rows(ClaimedJob, sql.CLAIM, (worker_id, limit, lease_seconds, types))
+        params = (worker_id, limit, lease_seconds, optional_list(job_types))
+        return await self._rows(ClaimedJob, sql.CLAIM, params)
 
     async def complete(
         self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
@@ -122,8 +121,7 @@ class AsyncJobQueue:
         results: Sequence[Payload | None] | None = None,
     ) -> list[Completion]:
         """``job_complete_many``: complete up to 10000 held jobs in one round trip."""
-        res = None if results is None else [jsonb(r) for r in results]
-        params = (worker_id, list(job_ids), list(attempts), res)
+        params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
         return await self._rows(Completion, sql.COMPLETE_MANY, params)
 
     async def fail(
@@ -166,8 +164,7 @@ class AsyncJobQueue:
         limit: int | None = None,
     ) -> list[UUID]:
         """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
-        ids = None if job_ids is None else list(job_ids)
-        return await self._column(sql.REDRIVE, (ids, job_type, limit))
+        return await self._column(sql.REDRIVE, (optional_list(job_ids), job_type, limit))
 
     async def prune(self, older_than: timedelta, limit: int | None = None) -> int:
         """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``."""

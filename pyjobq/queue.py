@@ -36,6 +36,16 @@ def jsonb(value: Payload | None) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
 
+def jsonb_array(values: Sequence[Payload | None] | None) -> list[Jsonb | None] | None:
+    """Wrap JSON objects for a ``jsonb[]`` parameter; ``None`` stays SQL null."""
+    return None if values is None else [jsonb(v) for v in values]
+
+
+def optional_list(values: Sequence[T] | None) -> list[T] | None:
+    """A sequence as the list psycopg sends as an SQL array; ``None`` stays SQL null."""
+    return None if values is None else list(values)
+
+
 class JobQueue:
     """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
@@ -106,8 +116,8 @@ class JobQueue:
         """
         params = (
             job_type,
-            [Jsonb(p) for p in payloads],
-            None if dedupe_keys is None else list(dedupe_keys),
+            jsonb_array(payloads),
+            optional_list(dedupe_keys),
             priority,
             run_after,
             max_attempts,
@@ -127,8 +137,8 @@ class JobQueue:
         concurrent claimers never get the same job. An empty list means nothing
         is due.
         """
-        types = None if job_types is None else list(job_types)
-        return self._rows(ClaimedJob, sql.CLAIM, (worker_id, limit, lease_seconds, types))
+        params = (worker_id, limit, lease_seconds, optional_list(job_types))
+        return self._rows(ClaimedJob, sql.CLAIM, params)
 
     def complete(
         self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
@@ -150,12 +160,7 @@ class JobQueue:
 
         Jobs no longer held are left alone and reported with ``completed=False``.
         """
-        params = (
-            worker_id,
-            list(job_ids),
-            list(attempts),
-            None if results is None else [jsonb(r) for r in results],
-        )
+        params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
         return self._rows(Completion, sql.COMPLETE_MANY, params)
 
     def fail(
@@ -203,8 +208,7 @@ class JobQueue:
         limit: int | None = None,
     ) -> list[UUID]:
         """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
-        ids = None if job_ids is None else list(job_ids)
-        return self._column(sql.REDRIVE, (ids, job_type, limit))
+        return self._column(sql.REDRIVE, (optional_list(job_ids), job_type, limit))
 
     def prune(self, older_than: timedelta, limit: int | None = None) -> int:
         """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``.

@@ -71,7 +71,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 1
+  select 2
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -832,13 +832,19 @@ volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
+-- One statement for the batch, its plan pinned: input rows on the outside, each
+-- job found by its primary key (the only index the update's predicate allows),
+-- whatever the statistics say. The penalties of the disabled methods would
+-- otherwise tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
-  v_i int;
-  v_done_ids uuid[] := '{}';
-  v_done_attempts int[] := '{}';
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
@@ -851,33 +857,31 @@ begin
             hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
   end if;
 
-  -- One primary-key update per job: every plan of a set-based join proved
-  -- hostage to statistics (on a table that undercounts RUNNING jobs it
-  -- scanned every lease once per input job, or looked up the whole array
-  -- once per input job), while this is linear in the batch whatever they say.
-  for v_i in 1 .. v_count loop
-    job_id := p_job_ids[v_i];
+  return query
+  with input as (
+    select u.id, u.attempt, u.result, u.ord
+      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+  ), first_mention as (
+    -- A job listed twice is completed once, with the result of its first mention.
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+      from input i
+     order by i.id, i.attempt, i.ord
+  ), done as (
     update pyjobq.job j
        set status = 3,
-           result = p_results[v_i],
+           result = f.result,
            lease_until = null,
            updated_at = v_now
-     where j.job_id = p_job_ids[v_i]
+      from first_mention f
+     where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
-       and j.attempts = p_attempts[v_i];
-    if found then
-      v_done_ids := v_done_ids || job_id;
-      v_done_attempts := v_done_attempts || p_attempts[v_i];
-      completed := true;
-    else
-      -- The same attempt listed twice was completed by its first mention.
-      completed := exists (select 1
-                             from unnest(v_done_ids, v_done_attempts) as d(id, attempt)
-                            where d.id = job_id and d.attempt = p_attempts[v_i]);
-    end if;
-    return next;
-  end loop;
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts
+  )
+  select i.id, coalesce((i.id, i.attempt) in (select d.job_id, d.attempts from done d), false)
+    from input i
+   order by i.ord;
 end;
 $$;
 

@@ -4,14 +4,16 @@ Architecture: one asyncio event loop per process drives everything through
 :class:`~pyjobq.aio.AsyncJobQueue`. ``async def`` handlers run on that loop;
 plain functions run in a thread pool of ``concurrency`` threads. Around them:
 
-* the claimer takes up to the free capacity (running, prefetched and finished but
-  not yet completed jobs) in one ``job_claim`` and waits for a NOTIFY, free room
-  or the poll interval;
+* the claimer takes up to the free capacity (``concurrency`` + ``prefetch`` less
+  the running and prefetched jobs) in one ``job_claim`` and waits for a NOTIFY,
+  free room or the poll interval; it also waits while finished jobs pile up
+  unsent, since their rows stay RUNNING until completed;
 * runners start prefetched jobs; a job that waited more than a fraction of its
   lease in the prefetch buffer is released instead;
 * the flusher completes finished jobs with ``job_complete_many`` a few
   milliseconds after the first of a batch finished, or at once when half the
-  capacity waits for it;
+  capacity waits for it, with up to two calls in flight (one runs while the
+  next batch fills);
 * the heartbeat renews the lease of every running job well before it ends; a
   lease found lost marks the job so its result is dropped, never completed;
 * the listener LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
@@ -61,6 +63,8 @@ CHANNEL = "pyjobq_job"
 MAX_CLAIM = 1000
 # Default prefetch floor: jobs claimed ahead of free runners.
 DEFAULT_PREFETCH = 100
+# job_complete_many calls in flight at once: one can run while the next batch fills.
+MAX_FLUSHES = 2
 
 # Errors that mean "the database is not reachable right now": retry with backoff.
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
@@ -170,6 +174,7 @@ class Worker:
         self._buffer: deque[_Held] = deque()
         self._running: set[_Held] = set()
         self._done: list[_Held] = []
+        self._flushing: set[_Held] = set()
         self._notified = asyncio.Event()
         self._room = asyncio.Event()
         self._job_ready = asyncio.Event()
@@ -231,7 +236,7 @@ class Worker:
             self._pool = AsyncConnectionPool(
                 self.source,
                 min_size=1,
-                max_size=4,
+                max_size=MAX_FLUSHES + 3,  # claimer, flushes, heartbeat and one more
                 kwargs={"autocommit": True},
                 timeout=5.0,
                 open=False,
@@ -372,8 +377,10 @@ class Worker:
     def _room_for(self) -> int:
         if len(self._buffer) > self._low_water:
             return 0
-        # Finished jobs waiting for complete_many still hold their rows RUNNING.
-        held = len(self._running) + len(self._buffer) + len(self._done)
+        # Finished jobs still hold their rows RUNNING: stop claiming while they pile up.
+        if len(self._done) + len(self._flushing) >= (MAX_FLUSHES + 1) * self._flush_at:
+            return 0
+        held = len(self._running) + len(self._buffer)
         room = self.concurrency + self.prefetch - held
         return max(0, min(room, MAX_CLAIM))
 
@@ -545,28 +552,54 @@ class Worker:
     # -- completing ----------------------------------------------------------
 
     async def _flusher(self) -> None:
+        """Send finished jobs in batches, with up to ``MAX_FLUSHES`` calls in flight."""
+        slots = asyncio.Semaphore(MAX_FLUSHES)
+        flushes: set[asyncio.Task[None]] = set()
+
+        def finished(task: asyncio.Task[None]) -> None:
+            flushes.discard(task)
+            slots.release()
+
+        try:
+            while True:
+                await self._have_done.wait()
+                if not self._closing:
+                    with _suppress_timeout():
+                        await asyncio.wait_for(self._flush_now.wait(), self.flush_delay)
+                self._flush_now.clear()
+                while self._done:
+                    await slots.acquire()
+                    batch = self._done[: self.flush_batch]
+                    del self._done[: len(batch)]
+                    self._flushing.update(batch)
+                    task = self._spawn(self._flush(batch))
+                    flushes.add(task)
+                    task.add_done_callback(finished)
+                self._have_done.clear()
+                if self._closing:
+                    await asyncio.gather(*flushes)
+                    if not self._done:
+                        return
+        finally:
+            for task in flushes:
+                task.cancel()
+
+    async def _flush(self, batch: list[_Held]) -> None:
+        """Complete one batch, retrying with backoff while the database is unreachable."""
         failures = 0
-        while True:
-            await self._have_done.wait()
-            if not self._closing:
-                with _suppress_timeout():
-                    await asyncio.wait_for(self._flush_now.wait(), self.flush_delay)
-            self._flush_now.clear()
-            while self._done:
-                batch = self._done[: self.flush_batch]
+        try:
+            while True:
                 try:
                     await self._complete(batch)
+                    return
                 except CONNECTION_ERRORS as e:
                     failures += 1
                     await self._backoff(failures, "complete_many", e)
-                    break
-                failures = 0
-                del self._done[: len(batch)]
-                self._room.set()
-            if not self._done:
-                self._have_done.clear()
-                if self._closing:
-                    return
+                    if self._hard_stop.is_set():
+                        return
+        finally:
+            self._flushing.difference_update(batch)
+            self._room.set()
 
     async def _complete(self, batch: list[_Held]) -> None:
         rows = await self._call(
@@ -601,7 +634,7 @@ class Worker:
                 await self._release(stale)
             due = [
                 h
-                for h in [*self._running, *self._done]
+                for h in [*self._running, *self._done, *self._flushing]
                 if not h.lost and now - h.renewed_at > self.lease_seconds / 3
             ]
             for held in due:

@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import statements as sql
 from pyjobq.errors import translate
-from pyjobq.queue import Payload, jsonb, jsonb_array, optional_list
+from pyjobq.queue import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
     ClaimedJob,
     Completion,
@@ -93,7 +93,7 @@ class AsyncJobQueue:
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip."""
         keys = optional_list(dedupe_keys)
-        params = (job_type, jsonb_array(payloads), keys, priority, run_after, max_attempts)
+        params = (job_type, jsonb_document(payloads), keys, priority, run_after, max_attempts)
         return await self._rows(Enqueued, sql.ENQUEUE_MANY, params)
 
     async def claim(

@@ -41,6 +41,11 @@ def jsonb_array(values: Sequence[Payload | None] | None) -> list[Jsonb | None] |
     return None if values is None else [jsonb(v) for v in values]
 
 
+def jsonb_document(values: Sequence[Payload]) -> Jsonb:
+    """JSON objects as one ``jsonb`` array document (see ``statements.ENQUEUE_MANY``)."""
+    return Jsonb(list(values))
+
+
 def optional_list(values: Sequence[T] | None) -> list[T] | None:
     """A sequence as the list psycopg sends as an SQL array; ``None`` stays SQL null."""
     return None if values is None else list(values)
@@ -116,7 +121,7 @@ class JobQueue:
         """
         params = (
             job_type,
-            jsonb_array(payloads),
+            jsonb_document(payloads),
             optional_list(dedupe_keys),
             priority,
             run_after,

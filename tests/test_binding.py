@@ -77,14 +77,26 @@ def test_sqlstates_become_typed_exceptions_with_cause_and_hint(conn: Conn) -> No
 def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
     q = JobQueue(conn)
     enqueued = q.enqueue_many(JobType.OUTBOX, [{"i": i} for i in range(50)], priority=7)
-    assert len({e.job_id for e in enqueued}) == 50
+    position = {e.job_id: i for i, e in enumerate(enqueued)}
+    assert len(position) == 50
     jobs = q.claim("w1", 50)
+    # The k-th returned id is the job of the k-th payload.
     assert sorted(j.payload["i"] for j in jobs) == list(range(50))
+    assert all(position[j.job_id] == j.payload["i"] for j in jobs)
     assert {j.priority for j in jobs} == {7}
     done = q.complete_many("w1", [j.job_id for j in jobs], [j.attempt for j in jobs])
     assert all(c.completed for c in done)
     stale = q.complete_many("w1", [jobs[0].job_id], [jobs[0].attempt], [{"late": True}])
     assert [c.completed for c in stale] == [False]
+
+
+def test_enqueue_many_names_the_first_payload_that_is_not_an_object(conn: Conn) -> None:
+    q = JobQueue(conn)
+    payloads: list[Any] = [{"i": 1}, {"i": 2}, [3], None]
+    with pytest.raises(InvalidArgument, match=r"p_payloads\[3\] must be a JSON object"):
+        q.enqueue_many(JobType.OUTBOX, payloads)
+    conn.rollback()
+    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
 
 
 def test_reap_redrive_prune_and_types(conn: Conn) -> None:

@@ -62,9 +62,11 @@ def bars(ax: Any, figures: list[dict[str, Any]], title: str) -> None:
 
 def throughput(figures: list[dict[str, Any]], out: Path) -> None:
     drain = [f for f in figures if f["scenario"].startswith("drain W=")]
-    pinned = [f for f in figures if f["scenario"].startswith("drain pinned")]
+    pinned = [f for f in figures if f["scenario"].startswith("drain pinned W=")]
+    readers = [f for f in figures if f["scenario"].startswith("drain pinned+")]
     enqueue = [f for f in figures if f["scenario"] == "enqueue"]
-    panels = [(drain, "drain (no-op jobs)"), (pinned, "drain, xmin pinned + 4 RR readers")]
+    panels = [(drain, "drain (no-op jobs)"), (pinned, "drain, xmin pinned")]
+    panels.append((readers, "drain, xmin pinned + RR readers"))
     panels.append((enqueue, "bulk enqueue"))
     panels = [(p, t) for p, t in panels if p]
     if not panels:
@@ -124,26 +126,28 @@ def claimcost(figures: list[dict[str, Any]], out: Path) -> None:
 
 
 def sustained(figures: list[dict[str, Any]], out: Path) -> None:
-    f = next(
-        (f for f in figures if f["scenario"] == "sustained" and f.get("detail", {}).get("samples")),
-        None,
-    )
-    if f is None:
+    runs = [
+        f
+        for f in figures
+        if f["scenario"].startswith("sustained") and f.get("detail", {}).get("samples")
+    ]
+    if not runs:
         return
-    samples = f["detail"]["samples"]
-    t = [s["t_s"] for s in samples]
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    ax.plot(t, [s["p50_ms"] for s in samples], label="pickup p50 (ms)", color=SUBJECT)
-    ax.plot(t, [s["p99_ms"] for s in samples], label="pickup p99 (ms)", color=SUBJECT, ls="--")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("ms")
-    ax2 = ax.twinx()
-    ax2.plot(t, [s["n_dead_tup"] for s in samples], label="n_dead_tup", color=PEER)
-    ax2.set_ylabel("dead tuples in pyjobq.job")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
-    ax.set_title(f"pyjobq sustained: {f['metric'].split(', ', 1)[1]}")
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.2 * len(runs)), squeeze=False)
+    for ax, f in zip(axes[:, 0], runs, strict=True):
+        samples = f["detail"]["samples"]
+        t = [s["t_s"] for s in samples]
+        ax.plot(t, [s["p50_ms"] for s in samples], label="pickup p50 (ms)", color=SUBJECT)
+        ax.plot(t, [s["p99_ms"] for s in samples], label="pickup p99 (ms)", color=SUBJECT, ls="--")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("ms")
+        ax2 = ax.twinx()
+        ax2.plot(t, [s["n_dead_tup"] for s in samples], label="n_dead_tup", color=PEER)
+        ax2.set_ylabel("dead tuples in pyjobq.job")
+        lines = ax.get_legend_handles_labels()
+        lines2 = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+        ax.set_title(f"pyjobq sustained: {f['metric'].split(', ', 1)[1]}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "sustained.png", dpi=110)
     plt.close(fig)

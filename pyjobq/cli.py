@@ -230,6 +230,11 @@ def load_handlers(path: str) -> Mapping[int, Any]:
 @click.argument("handlers")
 @click.option("-c", "--concurrency", default=8, show_default=True, type=click.IntRange(1, 1000))
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0, 10000),
+    help="claimed jobs waiting for a free slot (default: follows job duration)",
+)
+@click.option(
     "--types", "only", help="comma-separated job type codes to take (default: all handled)"
 )
 @click.option(
@@ -248,6 +253,7 @@ def worker(
     dsn: str | None,
     handlers: str,
     concurrency: int,
+    prefetch: int | None,
     only: str | None,
     lease: int,
     job_timeout: float | None,
@@ -287,6 +293,7 @@ def worker(
         resolve_dsn(dsn),
         table,
         concurrency=concurrency,
+        prefetch=prefetch,
         lease_seconds=lease,
         job_timeout=job_timeout,
         listen=not no_listen,

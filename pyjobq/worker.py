@@ -61,8 +61,13 @@ CHANNEL = "pyjobq_job"
 
 # job_claim takes at most this many jobs per call.
 MAX_CLAIM = 1000
-# Default prefetch floor: jobs claimed ahead of free runners.
-DEFAULT_PREFETCH = 100
+# The adaptive prefetch (prefetch=None) keeps about this many seconds of work
+# waiting per runner, between ``concurrency`` jobs and ``max(100, 8 x concurrency)``.
+PREFETCH_HORIZON_S = 0.1
+PREFETCH_CAP_FLOOR = 100
+PREFETCH_CAP_PER_RUNNER = 8
+# Weight of the newest handler duration in the running average the prefetch follows.
+DURATION_EWMA_WEIGHT = 0.05
 # job_complete_many calls in flight at once: one can run while the next batch fills.
 MAX_FLUSHES = 2
 
@@ -149,13 +154,22 @@ class Worker:
             raise ValueError("handlers must map at least one job type to a function")
         if concurrency < 1 or lease_seconds < 1 or poll_interval <= 0:
             raise ValueError("concurrency, lease_seconds and poll_interval must be positive")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must be None (adaptive) or at least 0")
         self.source = source
         self.handlers = {int(t): h for t, h in handlers.items()}
         self.job_types = sorted(self.handlers)
         self.concurrency = concurrency
         # Claims are sized by free room: a small prefetch means many small claims, and a
-        # claim costs a round trip whatever its size.
-        self.prefetch = max(concurrency, DEFAULT_PREFETCH) if prefetch is None else prefetch
+        # claim costs a round trip whatever its size; a large one keeps long jobs from
+        # other workers. None follows the handlers' durations (see _prefetch_now).
+        self.prefetch = prefetch
+        self.max_prefetch = (
+            max(PREFETCH_CAP_FLOOR, PREFETCH_CAP_PER_RUNNER * concurrency)
+            if prefetch is None
+            else prefetch
+        )
+        self.job_seconds: float | None = None
         self.lease_seconds = lease_seconds
         self.job_timeout = job_timeout
         self.listen = listen
@@ -189,11 +203,9 @@ class Worker:
         self._queue: AsyncJobQueue | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._async_types = {t for t, h in self.handlers.items() if _is_async(h)}
-        # The claimer is woken to claim more once the buffer is down to this.
-        self._low_water = self.prefetch // 2
         # Completions are sent at once when this many are waiting: a full batch, or half
-        # of what the claimer may hold (it claims no more until they are sent).
-        self._flush_at = max(1, min(self.flush_batch, (concurrency + self.prefetch) // 2))
+        # of what the claimer may hold at most.
+        self._flush_at = max(1, min(self.flush_batch, (concurrency + self.max_prefetch) // 2))
 
     # -- control -------------------------------------------------------------
 
@@ -374,14 +386,27 @@ class Worker:
 
     # -- claiming ------------------------------------------------------------
 
+    def _prefetch_now(self) -> int:
+        """The prefetch to claim for: fixed, or about PREFETCH_HORIZON_S of work per runner."""
+        if self.prefetch is not None:
+            return self.prefetch
+        if self.job_seconds is None:
+            return self.concurrency  # nothing measured yet: one job ahead per runner
+        wanted = self.concurrency * PREFETCH_HORIZON_S / max(self.job_seconds, 1e-6)
+        return int(min(self.max_prefetch, max(self.concurrency, wanted)))
+
+    def _low_water(self) -> bool:
+        """True once the buffer is down to half the prefetch: time to claim more."""
+        return len(self._buffer) <= self._prefetch_now() // 2
+
     def _room_for(self) -> int:
-        if len(self._buffer) > self._low_water:
+        if not self._low_water():
             return 0
         # Finished jobs still hold their rows RUNNING: stop claiming while they pile up.
         if len(self._done) + len(self._flushing) >= (MAX_FLUSHES + 1) * self._flush_at:
             return 0
         held = len(self._running) + len(self._buffer)
-        room = self.concurrency + self.prefetch - held
+        room = self.concurrency + self._prefetch_now() - held
         return max(0, min(room, MAX_CLAIM))
 
     async def _claimer(self) -> None:
@@ -444,18 +469,27 @@ class Worker:
                 self._job_ready.clear()
                 await self._job_ready.wait()
             held = self._buffer.popleft()
-            if not self._room.is_set() and len(self._buffer) <= self._low_water:
+            if not self._room.is_set() and self._low_water():
                 self._room.set()
             if time.monotonic() - held.claimed_at > self.max_prefetch_age:
                 await self._release([held])
                 continue
             self._running.add(held)
+            started = time.monotonic()
             try:
                 await self._run(held)
             finally:
                 self._running.discard(held)
-                if not self._room.is_set() and len(self._buffer) <= self._low_water:
+                self._observe_duration(time.monotonic() - started)
+                if not self._room.is_set() and self._low_water():
                     self._room.set()
+
+    def _observe_duration(self, seconds: float) -> None:
+        """Fold how long a runner was busy with one job into the average the prefetch follows."""
+        if self.job_seconds is None:
+            self.job_seconds = seconds
+        else:
+            self.job_seconds += DURATION_EWMA_WEIGHT * (seconds - self.job_seconds)
 
     async def _run(self, held: _Held) -> None:
         job = held.job

@@ -57,6 +57,37 @@ def test_worker_runs_sync_and_async_handlers_in_batches(dsn: str, db: Conn) -> N
     assert mismatched == (0,)
 
 
+def test_adaptive_prefetch_follows_job_duration_within_its_bounds(dsn: str) -> None:
+    worker = Worker(dsn, {JobType.SEARCH: ok}, concurrency=32)
+    assert worker._prefetch_now() == 32  # nothing measured yet: one job ahead per runner
+    worker.job_seconds = 0.00005  # no-op jobs: as many as the cap allows
+    assert worker._prefetch_now() == worker.max_prefetch == 256
+    worker.job_seconds = 30.0  # long jobs: one waiting per runner, no more
+    assert worker._prefetch_now() == 32
+    fixed = Worker(dsn, {JobType.SEARCH: ok}, concurrency=32, prefetch=5)
+    fixed.job_seconds = 0.00005
+    assert fixed._prefetch_now() == fixed.max_prefetch == 5
+
+
+def test_slow_jobs_are_shared_between_workers(dsn: str, db: Conn) -> None:
+    async def slow(job: ClaimedJob) -> None:
+        await asyncio.sleep(0.1)
+
+    workers = [Worker(dsn, {JobType.SEARCH: slow}, concurrency=2) for _ in range(2)]
+    with running(workers[0]) as a, running(workers[1]) as b:
+        # Both are idle and notified at once: a worker that claimed for a fixed
+        # prefetch of 100 would take all 40 jobs in its first claim.
+        JobQueue(db).enqueue_many(JobType.SEARCH, [{} for _ in range(40)])
+        wait_for(lambda: statuses(db) == {3: 40}, "every job DONE")
+        a.stop()
+        b.stop()
+    done_by = dict(
+        db.execute("select worker_id, count(*) from pyjobq.job group by worker_id").fetchall()
+    )
+    assert set(done_by) == {w.worker_id for w in workers}
+    assert min(done_by.values()) >= 10, done_by
+
+
 def test_only_handled_types_are_claimed(dsn: str, db: Conn) -> None:
     q = JobQueue(db)
     q.enqueue(JobType.SEARCH, {"n": 1})

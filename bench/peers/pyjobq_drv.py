@@ -7,7 +7,7 @@ Settings are pyjobq's recommended ones:
   ``PYJOBQ_ENQUEUE_BATCH`` jobs, default 20000, all on one connection and in
   one transaction);
 * drain and latency: one ``pyjobq.worker.Worker`` with ``concurrency=W`` and
-  its defaults (prefetch = max(100, W), completions flushed with ``job_complete_many``
+  its defaults (adaptive prefetch, completions flushed with ``job_complete_many``
   10 ms after the first of a batch finished, LISTEN/NOTIFY wake-ups).
   ``PYJOBQ_DRAIN=loop`` runs a bench-local loop instead: W connections, each
   ``claim(limit=PYJOBQ_LOOP_BATCH)`` then ``complete_many`` of what it got.
@@ -91,8 +91,8 @@ def worker_settings(w: int) -> dict[str, Any]:
             "drain": f"bench loop: W connections, claim(limit={LOOP_BATCH}) + complete_many",
         }
     return {
-        "drain": "pyjobq.worker.Worker(concurrency=W), defaults: prefetch=max(100, W),"
-        " flush_delay=10ms, flush_batch=100",
+        "drain": "pyjobq.worker.Worker(concurrency=W), defaults: adaptive prefetch"
+        " (at most max(100, 8W)), flush_delay=10ms, flush_batch=100",
         "listen": "LISTEN/NOTIFY on pyjobq_job",
     }
 

@@ -62,9 +62,9 @@ CHANNEL = "pyjobq_job"
 # job_claim takes at most this many jobs per call.
 MAX_CLAIM = 1000
 # The adaptive prefetch (prefetch=None) keeps about this many seconds of work
-# waiting per runner, between ``concurrency`` jobs and ``max(100, 8 x concurrency)``.
+# waiting per runner, between ``concurrency`` jobs and ``max(256, 8 x concurrency)``.
 PREFETCH_HORIZON_S = 0.1
-PREFETCH_CAP_FLOOR = 100
+PREFETCH_CAP_FLOOR = 256
 PREFETCH_CAP_PER_RUNNER = 8
 # Weight of the newest handler duration in the running average the prefetch follows.
 DURATION_EWMA_WEIGHT = 0.05

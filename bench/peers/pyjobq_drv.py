@@ -92,7 +92,7 @@ def worker_settings(w: int) -> dict[str, Any]:
         }
     return {
         "drain": "pyjobq.worker.Worker(concurrency=W), defaults: adaptive prefetch"
-        " (at most max(100, 8W)), flush_delay=10ms, flush_batch=100",
+        " (at most max(256, 8W)), flush_delay=10ms, flush_batch=100",
         "listen": "LISTEN/NOTIFY on pyjobq_job",
     }
 

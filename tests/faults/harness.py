@@ -194,6 +194,15 @@ def finished(dsn: str) -> int:
     return retrying(dsn, "select count(*) from pyjobq.job where status in (3, 4)")[0][0]
 
 
+def drained(dsn: str, acknowledged: list[UUID]) -> bool:
+    """Every acknowledged job finished, and nothing else is left: a batch whose commit
+    went through but whose acknowledgement was lost in a fault is in the table too."""
+    done, total = retrying(
+        dsn, "select count(*) filter (where status in (3, 4)), count(*) from pyjobq.job"
+    )[0]
+    return bool(done >= len(acknowledged) and done == total)
+
+
 def verify(dsn: str, acknowledged: list[UUID]) -> dict[str, Any]:
     """Check the end state and return the figures: every acknowledged job is in the table and
     DONE or DEAD, every DONE job's final attempt ran, and no attempt ran twice."""

@@ -22,6 +22,7 @@ from tests.faults.harness import (
     Producer,
     Progress,
     Recorder,
+    drained,
     finished,
     make_worker,
     retrying,
@@ -47,7 +48,7 @@ def _workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options
 
 def _drain(dsn: str, producer: Producer, patience: float = 90.0) -> float:
     started = time.monotonic()
-    wait_for(lambda: finished(dsn) >= len(producer.acknowledged), "the queue to drain", patience)
+    wait_for(lambda: drained(dsn, producer.acknowledged), "the queue to drain", patience)
     return time.monotonic() - started
 
 
@@ -275,7 +276,7 @@ def overload(dsn: str, scale: float = 1.0) -> Figures:
         stopped = time.monotonic()
         offered = len(producer.acknowledged) / seconds
         backlog, oldest = _backlog(dsn)
-        wait_for(lambda: finished(dsn) >= len(producer.acknowledged), "the backlog to drain", 120)
+        wait_for(lambda: drained(dsn, producer.acknowledged), "the backlog to drain", 120)
         recovery = time.monotonic() - stopped
         after_backlog, after_oldest = _backlog(dsn)
     figures = verify(dsn, producer.acknowledged)

@@ -71,7 +71,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 2
+  select 3
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -365,6 +365,26 @@ comment on function pyjobq.job_types() is 'The registered job type codes and nam
 
 -- Enqueue ---------------------------------------------------------------------
 
+create function pyjobq._new_job_ids(p_now timestamptz, p_count int)
+returns table (seq bigint, job_id uuid)
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  -- Time-ordered ids in the layout of UUIDv7 (version 8 here): 48 bits of
+  -- milliseconds since the epoch, 12 random bits per call, then the job's seq
+  -- under the variant bits. seq is unique, so the id is; and new keys land at
+  -- the right edge of job_pkey instead of on random pages of a large index.
+  select s.seq,
+         (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
+    from (select lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
+                 || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0') as prefix) p,
+         lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s
+$$;
+
+comment on function pyjobq._new_job_ids(timestamptz, int) is
+  'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -386,6 +406,8 @@ declare
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_seq bigint;
+  v_new_id uuid;
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
@@ -401,10 +423,11 @@ begin
   -- An active job with the same key wins: insert or, on conflict, return that
   -- job. If it finishes between our insert and our lookup, try again.
   loop
+    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(v_now, 1) n;
     insert into pyjobq.job as j
-      (job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
     values
-      (p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
+      (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
     on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
@@ -502,13 +525,14 @@ begin
   if p_dedupe_keys is null then
     return query
     with input as materialized (
-      select u.i::int as ord, u.payload, gen_random_uuid() as new_id
-        from unnest(p_payloads) with ordinality as u(payload, i)
+      select u.i::int as ord, u.payload, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
-      select i.new_id, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
     )
@@ -526,13 +550,14 @@ begin
   -- by an active job, yields that job with created = false.
   for v_row in
     with input as materialized (
-      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, gen_random_uuid() as new_id
-        from unnest(p_payloads) with ordinality as u(payload, i)
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
-      select i.new_id, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
       on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing

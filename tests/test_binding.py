@@ -48,7 +48,7 @@ def test_full_lifecycle_through_the_binding(conn: Conn) -> None:
     q.complete(job.job_id, "w1", job.attempt, {"hits": 3})
     counts = {(c.job_type, c.status): c.jobs for c in q.counts()}
     assert counts[(JobType.SEARCH, JobStatus.DONE)] == 1
-    assert q.schema_version() == 2
+    assert q.schema_version() == 3
 
 
 def test_sqlstates_become_typed_exceptions_with_cause_and_hint(conn: Conn) -> None:

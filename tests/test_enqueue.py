@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -164,3 +166,36 @@ def test_enqueuers_wait_for_an_uncommitted_duplicate_and_then_share_it(make_conn
     for t in threads:
         t.join()
     assert results == [(held, False)] * 4
+
+
+def test_job_ids_are_time_ordered_unique_and_follow_the_claim_order(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    first = conn.execute(
+        "select job_id from pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[500]))"
+        " order by ord"
+    ).fetchall()
+    single = conn.execute("select job_id from pyjobq.job_enqueue(1)").fetchone()
+    freeze(conn, FROZEN + timedelta(milliseconds=5))
+    later = conn.execute(
+        "select job_id from pyjobq.job_enqueue_many("
+        "1, array['{}', '{}']::jsonb[], array['k', null]) order by ord"
+    ).fetchall()
+    ids = [r[0] for r in [*first, single, *later]]
+    assert len(set(ids)) == len(ids) == 503
+    # Increasing within a call, and from one millisecond to the next: new keys land
+    # at the right edge of job_pkey.
+    assert ids[:500] == sorted(ids[:500])
+    assert min(ids[-2:]) > max(ids[:501])
+    # The layout: 48 bits of the (database) clock in ms, version 8, the RFC 4122 variant.
+    assert all(i.version == 8 and i.variant == uuid.RFC_4122 for i in ids)
+    assert ids[0].int >> 80 == int(FROZEN.timestamp() * 1000)
+    # The claim order's tiebreaker (seq) is the id order.
+    order = conn.execute("select job_id from pyjobq.job order by seq").fetchall()
+    assert [r[0] for r in order] == ids
+
+
+def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
+    freeze(conn, "1960-01-01T00:00:00+00:00")
+    job_id, created = conn.execute("select * from pyjobq.job_enqueue(1)").fetchone()
+    assert created is True
+    assert job_id.version == 8

@@ -228,13 +228,14 @@ async def latency(k: int, w: int) -> list[float | None]:
 # --- pyjobq-only scenarios ---------------------------------------------------------
 
 
+# Ids and seq as job_enqueue_many makes them (time-ordered), without its per-call limit.
 LOAD_SQL = """
 insert into pyjobq.job
-  (job_type, status, payload, result, attempts, run_after, worker_id, run_started_at,
-   created_at, updated_at)
-select 1, %(status)s, '{}', %(result)s, %(attempts)s, now() - interval '1 hour',
+  (job_id, seq, job_type, status, payload, result, attempts, run_after, worker_id,
+   run_started_at, created_at, updated_at)
+select n.job_id, n.seq, 1, %(status)s, '{}', %(result)s, %(attempts)s, now() - interval '1 hour',
        %(worker)s, %(started)s, now() - interval '1 hour', now() - interval '1 hour'
-  from generate_series(1, %(n)s)
+  from pyjobq._new_job_ids(now() - interval '1 hour', %(n)s) n
 """
 
 

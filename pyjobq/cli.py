@@ -247,6 +247,15 @@ def load_handlers(path: str) -> Mapping[int, Any]:
 @click.option(
     "--no-listen", is_flag=True, help="poll only, no LISTEN (e.g. PgBouncer transaction mode)"
 )
+@click.option(
+    "--listen-dsn",
+    help="LISTEN on this server directly (when --dsn goes through PgBouncer in transaction mode)",
+)
+@click.option(
+    "--no-prepare",
+    is_flag=True,
+    help="no server-side prepared statements (PgBouncer < 1.21 in transaction mode)",
+)
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="write final metrics as JSON")
 @click.option("--log-level", default="INFO", show_default=True)
 def worker(
@@ -261,6 +270,8 @@ def worker(
     reap_interval: float,
     shutdown_timeout: float,
     no_listen: bool,
+    listen_dsn: str | None,
+    no_prepare: bool,
     metrics_file: str | None,
     log_level: str,
 ) -> None:
@@ -297,6 +308,8 @@ def worker(
         lease_seconds=lease,
         job_timeout=job_timeout,
         listen=not no_listen,
+        listen_dsn=listen_dsn,
+        prepared_statements=not no_prepare,
         poll_interval=poll_interval,
         reap_interval=reap_interval,
         shutdown_timeout=shutdown_timeout,

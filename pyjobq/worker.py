@@ -128,7 +128,10 @@ class Worker:
     functions taking the :class:`ClaimedJob` and returning a JSON object (the
     job's result) or ``None``; raising :class:`Retry` or :class:`DeadLetter`
     chooses what happens next, any other exception fails the attempt with the
-    default backoff.
+    default backoff. ``listen_dsn`` opens the LISTEN connection elsewhere than
+    ``source``: LISTEN needs a session, so when ``source`` goes through a pooler
+    in transaction mode, point ``listen_dsn`` at the server itself (and, before
+    PgBouncer 1.21, pass ``prepared_statements=False`` with a conninfo ``source``).
     """
 
     def __init__(
@@ -141,6 +144,8 @@ class Worker:
         lease_seconds: int = 60,
         job_timeout: float | None = None,
         listen: bool = True,
+        listen_dsn: str | None = None,
+        prepared_statements: bool = True,
         poll_interval: float = 5.0,
         reap_interval: float = 30.0,
         flush_delay: float = 0.01,
@@ -173,6 +178,12 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.job_timeout = job_timeout
         self.listen = listen
+        self.listen_dsn = listen_dsn
+        # With a conninfo source: PgBouncer < 1.21 in transaction mode does not track
+        # prepared statements, so psycopg must not prepare any (prepare_threshold=None).
+        self._own_kwargs: dict[str, Any] = {"autocommit": True}
+        if not prepared_statements:
+            self._own_kwargs["prepare_threshold"] = None
         self.poll_interval = poll_interval
         self.reap_interval = reap_interval
         self.flush_delay = flush_delay
@@ -249,7 +260,7 @@ class Worker:
                 self.source,
                 min_size=1,
                 max_size=MAX_FLUSHES + 3,  # claimer, flushes, heartbeat and one more
-                kwargs={"autocommit": True},
+                kwargs=self._own_kwargs,
                 timeout=5.0,
                 open=False,
                 name=f"pyjobq-{self.worker_id}",
@@ -351,7 +362,7 @@ class Worker:
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):
-            return self.source, {"autocommit": True}
+            return self.source, self._own_kwargs
         conninfo, kwargs = self.source.conninfo, self.source.kwargs
         if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
             raise TypeError("the worker needs a pool whose conninfo and kwargs are plain values")
@@ -711,6 +722,8 @@ class Worker:
 
     async def _listener(self) -> None:
         conninfo, kwargs = self._conninfo()
+        if self.listen_dsn is not None:
+            conninfo, kwargs = self.listen_dsn, self._own_kwargs
         failures = 0
         while not self._stopping:
             try:

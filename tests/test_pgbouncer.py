@@ -4,8 +4,9 @@ Transaction pooling hands each transaction whichever server connection is free, 
 outlive a transaction: no session settings, no LISTEN, and no prepared statements unless the
 pooler tracks them (PgBouncer >= 1.21 with ``max_prepared_statements``). Debian 12 ships
 PgBouncer 1.18, so clients turn psycopg's automatic prepared statements off with
-``prepare_threshold=None``, and the worker polls (``listen=False``). The queue itself needs
-nothing else: every call is one statement, so it is one transaction.
+``prepare_threshold=None`` (the worker's ``prepared_statements=False``), and the worker
+either polls (``listen=False``) or LISTENs on the server itself (``listen_dsn``). The queue
+itself needs nothing else: every call is one statement, so it is one transaction.
 
 Needs the ``pgbouncer`` binary (Debian: ``apt-get install pgbouncer``); skipped without it.
 """
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -166,37 +168,82 @@ def test_the_whole_lifecycle_through_pgbouncer(bouncer_dsn: str, conn: Conn) -> 
     assert conn.execute("select count(*) from pyjobq.job").fetchone() == (2,)
 
 
+@contextmanager
+def bounced_worker(
+    bouncer_dsn: str, pool: AsyncConnectionPool | None = None, **options: Any
+) -> Iterator[Running]:
+    """A 4-runner worker whose statements (and handler's effects) go through PgBouncer:
+    on ``pool`` when given, else on a pool of its own."""
+    recorder = Recorder(bouncer_dsn, 4)
+    recorder.pool.kwargs.update(prepare_threshold=None)
+    recorder.open()
+    runner = Running(make_worker(pool or bouncer_dsn, recorder, 4, **options))
+
+    async def open_pool() -> None:
+        if pool is not None:
+            await pool.open(wait=True)
+
+    async def close_pool() -> None:
+        if pool is not None:
+            await pool.close()
+
+    try:
+        runner.loop.run_until_complete(open_pool())
+        runner.start()
+        yield runner
+    finally:
+        if runner.thread.is_alive():
+            runner.stop()
+        recorder.close()
+        runner.loop.run_until_complete(close_pool())
+
+
+def done(conn: Conn) -> int:
+    row = conn.execute("select count(*) from pyjobq.job where status = 3").fetchone()
+    return row[0] if row else 0
+
+
 def test_worker_polls_and_drains_through_pgbouncer(bouncer_dsn: str, conn: Conn) -> None:
     conn.execute(EFFECTS)
     n = 600
     JobQueue(conn).enqueue_many(1, [{}] * n)
-    recorder = Recorder(bouncer_dsn, 4)
-    recorder.pool.kwargs.update(prepare_threshold=None)
-    recorder.open()
     pool = AsyncConnectionPool(bouncer_dsn, min_size=1, max_size=4, kwargs=CLIENT, open=False)
-    worker = make_worker(pool, recorder, 4, listen=False, poll_interval=0.1)
-    runner = None
+    with bounced_worker(bouncer_dsn, pool, listen=False, poll_interval=0.1) as runner:
+        wait_for(lambda: done(conn) == n, "every job DONE through PgBouncer")
+        metrics = runner.stop()
+    assert metrics.completed == n
 
-    async def open_pool() -> None:
-        await pool.open(wait=True)
 
-    try:
-        runner = Running(worker)
-        runner.loop.run_until_complete(open_pool())
-        runner.start()
+def listening(conn: Conn) -> bool:
+    """True once a worker's LISTEN session is open on the server itself."""
+    row = conn.execute(
+        "select count(*) from pg_stat_activity where datname = current_database()"
+        " and query = 'listen pyjobq_job' and state = 'idle'"
+    ).fetchone()
+    return row == (1,)
+
+
+def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
+    bouncer_dsn: str, dsn: str, conn: Conn
+) -> None:
+    conn.execute(EFFECTS)
+    # The worker's own pool, as the CLI's --no-prepare --listen-dsn makes it. Polling is
+    # off in effect: only a notification can wake the claimer.
+    options = {"prepared_statements": False, "listen_dsn": dsn, "poll_interval": 3600}
+    with bounced_worker(bouncer_dsn, **options) as runner:
         wait_for(
             lambda: (
-                conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() == (n,)
+                conn.execute(
+                    "select count(*) from pg_stat_activity where datname = current_database()"
+                    " and query = 'listen pyjobq_job' and state = 'idle'"
+                ).fetchone()
+                == (1,)
             ),
-            "every job DONE through PgBouncer",
+            "the worker's LISTEN session on the server",
         )
+        # Enough claims and completions for psycopg to prepare them, were it allowed to.
+        for batch in range(1, 4):
+            JobQueue(conn).enqueue_many(1, [{}] * 50)
+            wait_for(lambda b=batch: done(conn) == 50 * b, f"batch {batch} DONE on its NOTIFY")
         metrics = runner.stop()
-    finally:
-        if runner is not None and runner.thread.is_alive():
-            runner.stop()
-        recorder.close()
-        if runner is not None:
-            runner.loop.run_until_complete(pool.close())
-    assert metrics.completed == n
-    assert conn.execute("select count(*) from fault_effects").fetchone() == (n,)
-    assert conn.execute("select count(*) from fault_duplicates").fetchone() == (0,)
+    assert metrics.completed == 150

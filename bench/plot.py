@@ -61,7 +61,9 @@ def bars(ax: Any, figures: list[dict[str, Any]], title: str) -> None:
 
 
 def throughput(figures: list[dict[str, Any]], out: Path) -> None:
-    drain = [f for f in figures if f["scenario"].startswith("drain W=")]
+    drains = sorted({f["scenario"] for f in figures if f["scenario"].startswith("drain W=")})
+    main = "drain W=8" if "drain W=8" in drains else next(iter(drains), "")
+    drain = [f for f in figures if f["scenario"] == main]
     pinned = [f for f in figures if f["scenario"].startswith("drain pinned W=")]
     readers = [f for f in figures if f["scenario"].startswith("drain pinned+")]
     enqueue = [f for f in figures if f["scenario"] == "enqueue"]

@@ -51,8 +51,12 @@ class AsyncJobQueue:
             yield self._source
 
     async def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
+        # Binary results, as in JobQueue._rows.
         try:
-            async with self._connection() as conn, conn.cursor(row_factory=class_row(row)) as cur:
+            async with (
+                self._connection() as conn,
+                conn.cursor(row_factory=class_row(row), binary=True) as cur,
+            ):
                 await cur.execute(query, params)
                 return await cur.fetchall()
         except psycopg.Error as e:

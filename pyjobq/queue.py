@@ -75,8 +75,13 @@ class JobQueue:
             yield self._source
 
     def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
+        # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and
+        # enqueue_many returns one per job.
         try:
-            with self._connection() as conn, conn.cursor(row_factory=class_row(row)) as cur:
+            with (
+                self._connection() as conn,
+                conn.cursor(row_factory=class_row(row), binary=True) as cur,
+            ):
                 cur.execute(query, params)
                 return cur.fetchall()
         except psycopg.Error as e:

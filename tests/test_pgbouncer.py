@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -33,7 +34,8 @@ from psycopg_pool import AsyncConnectionPool
 from pyjobq import JobQueue, JobStatus, LeaseLost
 from pyjobq.localpg import LocalPostgres
 from tests.faults.harness import EFFECTS, Recorder, make_worker
-from tests.workerhelp import Running, wait_for
+from tests.worker_handlers import EFFECTS as HANDLER_EFFECTS
+from tests.workerhelp import Running, spawn_worker, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -87,8 +89,10 @@ def pgbouncer(pg_server: LocalPostgres) -> Iterator[int]:
         as_user = {"user": "postgres", "group": "postgres", "extra_groups": []}
     process = subprocess.Popen(
         [PGBOUNCER, str(base / "pgbouncer.ini")],
+        # Its log file has everything: a pipe nobody reads would fill, and PgBouncer would
+        # block writing to it (a connection per job logs two lines per job).
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         **as_user,
     )
     try:
@@ -247,3 +251,23 @@ def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
             wait_for(lambda b=batch: done(conn) == 50 * b, f"batch {batch} DONE on its NOTIFY")
         metrics = runner.stop()
     assert metrics.completed == 150
+
+
+def test_cli_worker_behind_pgbouncer(
+    bouncer_dsn: str, dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    conn.execute(HANDLER_EFFECTS)
+    # Its handlers also open a connection per job through PgBouncer.
+    worker = spawn_worker(
+        bouncer_dsn, tmp_path, "w", "--no-prepare", "--listen-dsn", dsn, "--poll-interval", "3600"
+    )
+    try:
+        wait_for(lambda: listening(conn), "the worker's LISTEN session on the server")
+        for batch in range(1, 4):
+            JobQueue(conn).enqueue_many(1, [{}] * 100)
+            wait_for(lambda b=batch: done(conn) == 100 * b, f"batch {batch} DONE on its NOTIFY")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+    assert conn.execute("select count(*) from effects").fetchone() == (300,)

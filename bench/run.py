@@ -155,6 +155,21 @@ class Cluster:
                     sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
                 )
 
+    @contextmanager
+    def server_setting(self, name: str, value: str) -> Iterator[None]:
+        """``name = value`` for the whole server (ALTER SYSTEM and a reload), reset after."""
+
+        def alter(statement: sql.Composable) -> None:
+            with self.connect("postgres") as admin:
+                admin.execute(statement)
+                admin.execute("select pg_reload_conf()")
+
+        alter(sql.SQL("alter system set {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        try:
+            yield
+        finally:
+            alter(sql.SQL("alter system reset {}").format(sql.Identifier(name)))
+
     def settle(self, dbname: str, analyze: bool = False) -> None:
         """Put every system in the same state before a timed phase."""
         with self.connect(dbname) as conn:
@@ -417,17 +432,8 @@ def scenario_sustained(ctx: Context, system: System) -> list[Figure]:
         with ctx.cluster.fresh_database(db_name(system.name, "sustained")) as db:
             setup_system(ctx, system, db)
             ctx.cluster.settle(db)
-            with ctx.cluster.connect("postgres") as admin:
-                admin.execute(
-                    sql.SQL("alter system set autovacuum_naptime = {}").format(sql.Literal(naptime))
-                )
-                admin.execute("select pg_reload_conf()")
-            try:
+            with ctx.cluster.server_setting("autovacuum_naptime", naptime):
                 got = call_driver(ctx.cluster, system, db, "sustained", secs, rate, w)
-            finally:
-                with ctx.cluster.connect("postgres") as admin:
-                    admin.execute("alter system reset autovacuum_naptime")
-                    admin.execute("select pg_reload_conf()")
         scenario = f"sustained, naptime {naptime}"
         label = f"{rate} jobs/s for {secs:g} s, W={w}, autovacuum_naptime {naptime}"
         figures += [

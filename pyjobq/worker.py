@@ -721,9 +721,10 @@ class Worker:
                 self._notified.set()
 
     async def _listener(self) -> None:
-        conninfo, kwargs = self._conninfo()
         if self.listen_dsn is not None:
             conninfo, kwargs = self.listen_dsn, self._own_kwargs
+        else:
+            conninfo, kwargs = self._conninfo()
         failures = 0
         while not self._stopping:
             try:

@@ -35,7 +35,7 @@ from pyjobq import JobQueue, JobStatus, LeaseLost
 from pyjobq.localpg import LocalPostgres
 from tests.faults.harness import EFFECTS, Recorder, make_worker
 from tests.worker_handlers import EFFECTS as HANDLER_EFFECTS
-from tests.workerhelp import Running, spawn_worker, wait_for
+from tests.workerhelp import Running, spawn_worker, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -202,18 +202,13 @@ def bounced_worker(
         runner.loop.run_until_complete(close_pool())
 
 
-def done(conn: Conn) -> int:
-    row = conn.execute("select count(*) from pyjobq.job where status = 3").fetchone()
-    return row[0] if row else 0
-
-
 def test_worker_polls_and_drains_through_pgbouncer(bouncer_dsn: str, conn: Conn) -> None:
     conn.execute(EFFECTS)
     n = 600
     JobQueue(conn).enqueue_many(1, [{}] * n)
     pool = AsyncConnectionPool(bouncer_dsn, min_size=1, max_size=4, kwargs=CLIENT, open=False)
     with bounced_worker(bouncer_dsn, pool, listen=False, poll_interval=0.1) as runner:
-        wait_for(lambda: done(conn) == n, "every job DONE through PgBouncer")
+        wait_for(lambda: statuses(conn) == {3: n}, "every job DONE through PgBouncer")
         metrics = runner.stop()
     assert metrics.completed == n
 
@@ -248,7 +243,9 @@ def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
         # Enough claims and completions for psycopg to prepare them, were it allowed to.
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 50)
-            wait_for(lambda b=batch: done(conn) == 50 * b, f"batch {batch} DONE on its NOTIFY")
+            wait_for(
+                lambda b=batch: statuses(conn) == {3: 50 * b}, f"batch {batch} DONE on its NOTIFY"
+            )
         metrics = runner.stop()
     assert metrics.completed == 150
 
@@ -265,7 +262,9 @@ def test_cli_worker_behind_pgbouncer(
         wait_for(lambda: listening(conn), "the worker's LISTEN session on the server")
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 100)
-            wait_for(lambda b=batch: done(conn) == 100 * b, f"batch {batch} DONE on its NOTIFY")
+            wait_for(
+                lambda b=batch: statuses(conn) == {3: 100 * b}, f"batch {batch} DONE on its NOTIFY"
+            )
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:

@@ -28,6 +28,10 @@ comment on function pyjobq._new_job_ids(timestamptz, int) is
 
 revoke all on function pyjobq._new_job_ids(timestamptz, int) from public;
 
+comment on column pyjobq.job.job_id is
+  'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
+  'gen_random_uuid(), only serves rows inserted directly.';
+
 create or replace function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,

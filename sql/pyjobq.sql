@@ -129,6 +129,9 @@ create table pyjobq.job (
 
 comment on table pyjobq.job is
   'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD.';
+comment on column pyjobq.job.job_id is
+  'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
+  'gen_random_uuid(), only serves rows inserted directly.';
 comment on column pyjobq.job.attempts is
   'Claims so far (+1 at each claim); also the fencing token a holder passes back to complete, fail, renew or release.';
 comment on column pyjobq.job.seq is

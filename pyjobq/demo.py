@@ -18,8 +18,10 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import click
 import psycopg
@@ -32,6 +34,7 @@ from pyjobq.rows import ClaimedJob, JobType
 from pyjobq.worker import DeadLetter, Retry
 
 DSN_ENV = "PYJOBQ_DEMO_DSN"
+APP_NAME = "pyjobq-demo-worker"
 BATCH = 500
 LEASE_SECONDS = 2
 
@@ -84,6 +87,8 @@ def is_rejected_outbox(order_id: int) -> bool:
 _sync_pool: ConnectionPool | None = None
 _async_pool: AsyncConnectionPool | None = None
 
+# Taken by the demo for a moment, so that it can kill a worker whose handler is mid-job.
+GATE = "lock table demo.effects in exclusive mode"
 RECORD = "insert into demo.effects values (%s, %s, %s, %s) on conflict do nothing"
 DUPLICATE = "insert into demo.duplicates values (%s, %s, %s)"
 
@@ -185,7 +190,6 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
     orders = max(1, jobs // 2)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(SCHEMA)
-    env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": "pyjobq-demo-worker"}
     procs: list[subprocess.Popen[bytes]] = []
     logs = work_dir / "workers.log"
     log_file = logs.open("wb")
@@ -200,6 +204,9 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
             "--reap-interval", "1", "--poll-interval", "1", "--shutdown-timeout", "10",
             "--metrics-file", str(work_dir / f"metrics-{n}.json"), "--log-level", "WARNING",
         ]  # fmt: skip
+        # Each process's sessions carry its own application_name, so that the demo can tell when
+        # every backend of a killed worker has gone.
+        env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"{APP_NAME}-{n}"}
         procs.append(subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file))
     try:
         return _drive(conn, dsn, work_dir, procs, orders, kill)
@@ -226,8 +233,7 @@ def _drive(
         tx.rollback()
     total = 2 * orders
     started = time.monotonic()
-    killed: subprocess.Popen[bytes] | None = None
-    held_at_death = 0
+    killed: Killed | None = None
     next_id = 1
     tty = sys.stdout.isatty()
     last_line = 0.0
@@ -235,21 +241,26 @@ def _drive(
     while True:
         if next_id <= orders:
             count = min(BATCH, orders - next_id + 1)
-            with psycopg.connect(dsn) as tx:
-                enqueue_orders(tx, next_id, count)
-            next_id += count
+            # The crash comes with the batch that takes the run past 30% of its orders.
+            crash = kill and killed is None and next_id + count - 1 >= orders * 0.3
+            with ExitStack() as gate_stack:
+                gate = gate_stack.enter_context(psycopg.connect(dsn)) if crash else None
+                if gate is not None:
+                    gate.execute(GATE)
+                with psycopg.connect(dsn) as tx:
+                    enqueue_orders(tx, next_id, count)
+                next_id += count
+                if gate is not None:
+                    killed = kill_a_worker_mid_job(conn, gate, procs)
+                    click.echo(
+                        f"{'' if not tty else chr(10)}SIGKILLed worker pid {killed.pid} holding "
+                        f"{len(killed.job_ids)} jobs mid-run; its {LEASE_SECONDS}s leases will be "
+                        "reaped by the others"
+                    )
         else:
             time.sleep(0.2)
         tally = status_tally(conn)
         finished = tally["done"] + tally["dead"]
-        if kill and killed is None and finished >= total * 0.3:
-            killed, held_at_death = kill_a_lease_holder(conn, procs)
-            if killed is not None:
-                click.echo(
-                    f"{'' if not tty else chr(10)}SIGKILLed worker pid {killed.pid} holding "
-                    f"{held_at_death} jobs mid-run; its {LEASE_SECONDS}s leases will be reaped "
-                    "by the others"
-                )
         now = time.monotonic()
         line = (
             f"  pending {tally['pending']:6d}  running {tally['running']:4d}  "
@@ -276,31 +287,69 @@ def _drive(
     for p in procs:
         p.wait(timeout=30)
     metrics = [json.loads(f.read_text()) for f in sorted(work_dir.glob("metrics-*.json"))]
-    return _summarise(conn, metrics, orders, elapsed, held_at_death if killed else None)
+    return _summarise(conn, metrics, orders, elapsed, killed, kill)
 
 
-def kill_a_lease_holder(
-    conn: psycopg.Connection[Any], procs: list[subprocess.Popen[bytes]]
-) -> tuple[subprocess.Popen[bytes] | None, int]:
-    """SIGKILL the worker process holding the most RUNNING jobs; return it and how many it held.
+@dataclass(frozen=True)
+class Killed:
+    """The worker process the demo SIGKILLed, and the leases it held once its sessions had ended."""
 
-    Worker ids are ``host:pid:random``, so the database names the process to kill.
+    pid: int
+    job_ids: list[UUID]
+    attempts: list[int]
+
+
+def kill_a_worker_mid_job(
+    conn: psycopg.Connection[Any],
+    gate: psycopg.Connection[Any],
+    procs: list[subprocess.Popen[bytes]],
+) -> Killed:
+    """SIGKILL a worker process while one of its handlers is mid-job; return what it held.
+
+    ``gate`` holds ``GATE``, so every handler stops at its first write: the process to kill is
+    one whose session waits on that lock, certainly holding a job it cannot finish. The lock is
+    released after the kill, and the process's leases are read once all of its sessions have
+    ended: until then a completion it sent just before dying can still commit, and that job
+    ends DONE without a reap. Worker ids are ``host:pid:random``, so they name the process.
     """
-    by_pid = {p.pid: p for p in procs if p.poll() is None}
+    by_app = {f"{APP_NAME}-{n}": p for n, p in enumerate(procs)}
+    gate_pid = gate.info.backend_pid
+    deadline = time.monotonic() + 30
+    while True:
+        row = conn.execute(
+            "select application_name from pg_stat_activity"
+            " where %s = any(pg_blocking_pids(pid)) and application_name = any(%s)"
+            " order by application_name limit 1",
+            (gate_pid, list(by_app)),
+        ).fetchone()
+        if row is not None:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("no handler reached the demo's lock on demo.effects in 30 s")
+        time.sleep(0.01)
+    app_name = row[0]
+    victim = by_app[app_name]
+    victim.kill()
+    victim.wait()
+    gate.rollback()
+    _wait_until_sessions_end(conn, app_name)
     rows = conn.execute(
-        "select worker_id from pyjobq.job where status = 2"
-        " group by worker_id order by count(*) desc"
+        "select job_id, attempts, worker_id from pyjobq.job where status = 2"
     ).fetchall()
-    for (worker_id,) in rows:
-        victim = by_pid.get(int(worker_id.split(":")[-2]))
-        if victim is not None:
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            held = conn.execute(
-                "select count(*) from pyjobq.job where status = 2 and worker_id = %s", (worker_id,)
-            ).fetchone()
-            return victim, held[0] if held else 0
-    return None, 0
+    held = [(job_id, attempt) for job_id, attempt, worker in rows
+            if int(worker.split(":")[-2]) == victim.pid]  # fmt: skip
+    return Killed(victim.pid, [j for j, _ in held], [a for _, a in held])
+
+
+def _wait_until_sessions_end(
+    conn: psycopg.Connection[Any], app_name: str, patience: float = 30.0
+) -> None:
+    deadline = time.monotonic() + patience
+    query = "select count(*) from pg_stat_activity where application_name = %s"
+    while (row := conn.execute(query, (app_name,)).fetchone()) and row[0] > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the killed worker's sessions ({app_name}) did not end")
+        time.sleep(0.02)
 
 
 def _summarise(
@@ -308,7 +357,8 @@ def _summarise(
     metrics: list[dict[str, Any]],
     orders: int,
     elapsed: float,
-    held_at_death: int | None,
+    killed: Killed | None,
+    kill: bool,
 ) -> bool:
     total = 2 * orders
 
@@ -358,11 +408,26 @@ def _summarise(
         (completed <= tally["done"], "no job completed twice (completions <= DONE rows)"),
         (rolled_back == 0 and rolled_back_jobs == 0, "rolled-back batch left no orders, no jobs"),
     ]
-    if held_at_death is not None:
+    if kill:
+        checks.append((killed is not None, "a worker was SIGKILLed while holding leases"))
+    if killed is not None:
+        # Once its sessions had ended, only a reaper could take these jobs from the killed worker:
+        # each must have run again (a later attempt) or been dead-lettered by the reaper.
+        taken_back = one(
+            """
+            select count(*)
+              from unnest(%s::uuid[], %s::int[]) as h(job_id, attempt)
+              join pyjobq.job j on j.job_id = h.job_id
+             where j.status = 4 or (j.status = 3 and j.attempts > h.attempt)
+            """,
+            (killed.job_ids, killed.attempts),
+        )
+        held = len(killed.job_ids)
         checks.append(
             (
-                reaped >= held_at_death > 0,
-                f"the {held_at_death} leases the killed worker held were reaped ({reaped})",
+                taken_back == held > 0,
+                f"the {held} leases the killed worker held were reaped, its jobs ran again "
+                f"or went DEAD ({taken_back})",
             )
         )
     click.echo("")
@@ -370,7 +435,12 @@ def _summarise(
     click.echo(f"jobs              {total}: {tally['done']} DONE, {tally['dead']} DEAD")
     click.echo(f"elapsed           {elapsed:.1f} s, {total / elapsed:.0f} jobs/s")
     click.echo(f"retries           {retries} (attempts beyond the first)")
-    click.echo(f"reaped leases     {reaped} (taken back from the killed worker, run again)")
+    if killed is not None:
+        click.echo(
+            f"killed worker     pid {killed.pid}, {len(killed.job_ids)} leases held when its "
+            "sessions ended"
+        )
+    click.echo(f"reaped leases     {reaped} (every reap by the surviving workers)")
     if finished_by_survivors:
         per_job = round_trips / finished_by_survivors
         click.echo(f"round trips/job   {per_job:.3f} (surviving workers)")

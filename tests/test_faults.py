@@ -50,7 +50,6 @@ def test_server_crash_mid_run(durable_server: LocalPostgres) -> None:
     assert_sound(figures)
     # Committed work survives crash recovery: every job DONE before the crash is still DONE.
     assert figures["done_before_crash_kept"] == figures["done_before_crash"] > 0
-    assert figures["recovery_seconds"] is not None
 
 
 def test_backends_terminated_repeatedly(dsn: str) -> None:
@@ -58,7 +57,6 @@ def test_backends_terminated_repeatedly(dsn: str) -> None:
     report(figures)
     assert_sound(figures)
     assert figures["backends_killed"] > 0
-    assert figures["recovery_seconds"] is not None
 
 
 def test_connection_slots_exhausted(dsn: str) -> None:

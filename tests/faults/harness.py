@@ -148,48 +148,6 @@ class Producer:
             conn.close()
 
 
-class Progress:
-    """Samples the number of finished (DONE or DEAD) jobs, to time how fast the queue recovers."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-
-    def start(self) -> Progress:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _main(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=1) as conn:
-                    while not self._stop.is_set():
-                        n = conn.execute(
-                            "select count(*) from pyjobq.job where status in (3, 4)"
-                        ).fetchone()
-                        self.samples.append((time.monotonic(), n[0] if n else 0))
-                        time.sleep(0.05)
-            except psycopg.Error:
-                time.sleep(0.05)
-
-    def recovery_after(self, moment: float) -> float | None:
-        """Seconds from ``moment`` until the finished count grew past its first value seen after."""
-        after = [(t, n) for t, n in self.samples if t >= moment]
-        if not after:
-            return None
-        base = after[0][1]
-        for t, n in after:
-            if n > base:
-                return t - moment
-        return None
-
-
 def finished(dsn: str) -> int:
     return retrying(dsn, "select count(*) from pyjobq.job where status in (3, 4)")[0][0]
 

@@ -10,7 +10,10 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -20,7 +23,6 @@ from tests.faults.harness import (
     EFFECTS,
     MAX_ATTEMPTS,
     Producer,
-    Progress,
     Recorder,
     drained,
     finished,
@@ -46,10 +48,18 @@ def _workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options
         stack.callback(worker.stop)
 
 
-def _drain(dsn: str, producer: Producer, patience: float = 90.0) -> float:
+def _drain(dsn: str, acknowledged: list[UUID], patience: float = 90.0) -> float:
     started = time.monotonic()
-    wait_for(lambda: drained(dsn, producer.acknowledged), "the queue to drain", patience)
+    wait_for(lambda: drained(dsn, acknowledged), "the queue to drain", patience)
     return time.monotonic() - started
+
+
+# Jobs enqueued in one batch that commits just after the fault: however fast the machine drained
+# the rest, these are left to do, so recovery is always measured.
+PROBE = 100
+# Backend kills, spread over the drain by progress: kill k of KILLS comes when k/(KILLS + 2) of
+# the jobs have finished, and the last one with the probe batch.
+KILLS = 8
 
 
 def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Figures:
@@ -57,8 +67,6 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
     prepare(dsn)
     total = int(1500 * scale)
     with ExitStack() as stack:
-        progress = Progress(dsn).start()
-        stack.callback(progress.stop)
         _workers(stack, dsn, 2, 4)
         producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
         stack.callback(producer.stop)
@@ -67,17 +75,18 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
         crashed = time.monotonic()
         crash()
         restarted = time.monotonic()
+        with _connect_retrying(dsn) as conn:
+            probe = Probe.enqueue(conn)
         wait_for(producer.done, "the producer to enqueue every job", 120)
-        drain = _drain(dsn, producer)
-        recovery = progress.recovery_after(restarted)
-    figures = verify(dsn, producer.acknowledged)
+        drain = _drain(dsn, producer.acknowledged + probe.job_ids)
+    figures = verify(dsn, producer.acknowledged + probe.job_ids)
     figures.update(
         scenario="server crash (pg_ctl restart -m immediate)",
         done_before_crash=len(done_before),
         done_before_crash_kept=len(done_before & set(_done_ids(dsn))),
         producer_errors=len(producer.errors),
         outage_seconds=round(restarted - crashed, 2),
-        recovery_seconds=None if recovery is None else round(recovery, 2),
+        recovery_seconds=probe.recovery_seconds(dsn),
         drain_seconds=round(drain, 2),
     )
     return figures
@@ -87,39 +96,89 @@ def _done_ids(dsn: str) -> list[Any]:
     return [r[0] for r in retrying(dsn, "select job_id from pyjobq.job where status = 3")]
 
 
+def _connect_retrying(dsn: str) -> psycopg.Connection[Any]:
+    """A connection as soon as the server accepts one again."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=2)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@dataclass
+class Probe:
+    """PROBE jobs committed right after a fault, and when (on the database clock)."""
+
+    job_ids: list[UUID]
+    committed_at: datetime
+    fault_result: int = 0
+
+    @classmethod
+    def enqueue(
+        cls,
+        conn: psycopg.Connection[Any],
+        fault: Callable[[psycopg.Connection[Any]], int] | None = None,
+    ) -> Probe:
+        """Enqueue the batch in one transaction on ``conn`` (autocommit), run ``fault`` in that
+        transaction too, and commit: no worker can see the batch before the fault."""
+        with conn.transaction():
+            rows = JobQueue(conn).enqueue_many(1, [{}] * PROBE, max_attempts=MAX_ATTEMPTS)
+            result = fault(conn) if fault is not None else 0
+            clock = conn.execute("select clock_timestamp()").fetchone()
+        assert clock is not None
+        return cls([r.job_id for r in rows], clock[0], result)
+
+    def recovery_seconds(self, dsn: str) -> float:
+        """Seconds from the commit until a worker ran the first job of the batch."""
+        first = retrying(
+            dsn, "select min(at) from fault_effects where job_id = any(%s)", (self.job_ids,)
+        )[0][0]
+        assert first is not None, "no job of the batch enqueued after the fault ever ran"
+        return round((first - self.committed_at).total_seconds(), 2)
+
+
 def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
     """pg_terminate_backend on every other session of the database, again and again."""
     prepare(dsn)
     total = int(1500 * scale)
     kills = 0
     with ExitStack() as stack:
-        progress = Progress(dsn).start()
-        stack.callback(progress.stop)
         _workers(stack, dsn, 2, 4)
         producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
         stack.callback(producer.stop)
-        with psycopg.connect(dsn, autocommit=True) as killer:
-            for _ in range(8):
-                time.sleep(0.25)
-                rows = killer.execute(
-                    "select pg_terminate_backend(pid) from pg_stat_activity"
-                    " where datname = current_database() and pid <> pg_backend_pid()"
-                    " and backend_type = 'client backend'"
-                ).fetchall()
-                kills += sum(1 for (ok,) in rows if ok)
-        last_kill = time.monotonic()
+        killer = stack.enter_context(psycopg.connect(dsn, autocommit=True))
+        for k in range(1, KILLS):
+            wait_for(
+                lambda k=k: finished(dsn) >= k * total // (KILLS + 2),
+                f"{k}/{KILLS + 2} of the jobs to finish",
+                120,
+            )
+            kills += _terminate_other_sessions(killer)
+        probe = Probe.enqueue(killer, _terminate_other_sessions)
+        kills += probe.fault_result
         wait_for(producer.done, "the producer to enqueue every job", 120)
-        drain = _drain(dsn, producer)
-        recovery = progress.recovery_after(last_kill)
-    figures = verify(dsn, producer.acknowledged)
+        drain = _drain(dsn, producer.acknowledged + probe.job_ids)
+    figures = verify(dsn, producer.acknowledged + probe.job_ids)
     figures.update(
-        scenario="backends terminated 8 times (pg_terminate_backend)",
+        scenario=f"backends terminated {KILLS} times (pg_terminate_backend) across the drain",
         backends_killed=kills,
         producer_errors=len(producer.errors),
-        recovery_seconds=None if recovery is None else round(recovery, 2),
+        recovery_seconds=probe.recovery_seconds(dsn),
         drain_seconds=round(drain, 2),
     )
     return figures
+
+
+def _terminate_other_sessions(conn: psycopg.Connection[Any]) -> int:
+    rows = conn.execute(
+        "select pg_terminate_backend(pid) from pg_stat_activity"
+        " where datname = current_database() and pid <> pg_backend_pid()"
+        " and backend_type = 'client backend'"
+    ).fetchall()
+    return sum(1 for (ok,) in rows if ok)
 
 
 def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 FROZEN = datetime.fromisoformat("2030-01-01T00:00:00+00:00")
 
@@ -17,6 +18,11 @@ FROZEN = datetime.fromisoformat("2030-01-01T00:00:00+00:00")
 def freeze(conn: psycopg.Connection[Any], at: datetime | str) -> None:
     """Set this session's pyjobq clock (``pyjobq.fake_now``) to ``at``."""
     conn.execute("select set_config('pyjobq.fake_now', %s, false)", (str(at),))
+
+
+def frozen_dsn(dsn: str, at: datetime = FROZEN) -> str:
+    """``dsn`` with the pyjobq clock of every session opened from it frozen at ``at``."""
+    return make_conninfo(dsn, options=f"-c pyjobq.fake_now={at.isoformat()}")
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
 from pyjobq.worker import DeadLetter, Retry, Worker, make_worker_id
+from tests.sqlhelp import frozen_dsn
 from tests.workerhelp import prepare, running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -114,7 +115,10 @@ def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, 
     retry = q.enqueue(JobType.SEARCH, {"kind": "retry"}).job_id
     dead = q.enqueue(JobType.SEARCH, {"kind": "dead"}, max_attempts=5).job_id
     error = q.enqueue(JobType.SEARCH, {"kind": "error"}, max_attempts=2).job_id
-    with running(Worker(dsn, {JobType.SEARCH: handler}, poll_interval=0.05)) as r:
+    # The worker's clock stands still (years ahead, so every job is due): the default backoff
+    # of the failed job never runs out, however long the checks below take to see it PENDING.
+    worker = Worker(frozen_dsn(dsn), {JobType.SEARCH: handler}, poll_interval=0.05)
+    with running(worker) as r:
         wait_for(lambda: statuses(db).get(2) is None and statuses(db).get(3) == 1, "outcomes")
         wait_for(lambda: statuses(db).get(4) == 1 and statuses(db).get(1) == 1, "outcomes")
         metrics = r.stop()

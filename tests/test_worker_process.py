@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pyjobq import JobQueue, JobType
-from tests.workerhelp import prepare, spawn_worker, statuses, wait_for
+from tests.workerhelp import prepare, spawn_worker, statuses, wait_for, wait_until_sessions_end
 
 Conn = psycopg.Connection[Any]
 
@@ -38,6 +38,7 @@ def test_sigkilled_worker_jobs_are_reaped_and_finished_once_by_another(
         assert victim.wait(30) == -signal.SIGKILL
     finally:
         victim.kill()
+    wait_until_sessions_end(db, "victim")
     held = db.execute("select job_id from pyjobq.job where status = 2").fetchall()
     assert held, "the victim died holding jobs"
     # Its hour-long leases run out now, instead of in an hour.

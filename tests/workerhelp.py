@@ -89,6 +89,7 @@ def running(worker: Worker) -> Iterator[Running]:
 
 
 def spawn_worker(dsn: str, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    """A CLI worker process; its sessions (and its handlers') carry application_name test-NAME."""
     command = [
         sys.executable, "-m", "pyjobq", "worker", "tests.worker_handlers:HANDLERS",
         "--dsn", dsn, "--metrics-file", str(tmp / f"{name}.json"), *args,
@@ -96,3 +97,18 @@ def spawn_worker(dsn: str, tmp: Path, name: str, *args: str) -> subprocess.Popen
     env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"test-{name}"}
     log = (tmp / f"{name}.log").open("wb")
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+
+
+def wait_until_sessions_end(conn: Conn, name: str) -> None:
+    """Wait until no session of spawn_worker(name) is left. A killed process's statement in
+    flight (a completion, say) can still commit until its backend has gone."""
+    wait_for(
+        lambda: (
+            conn.execute(
+                "select count(*) = 0 from pg_stat_activity where application_name = %s",
+                (f"test-{name}",),
+            ).fetchone()
+            == (True,)
+        ),
+        f"the sessions of worker {name} to end",
+    )

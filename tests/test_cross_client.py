@@ -14,6 +14,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pyjobq import JobQueue
+from tests.workerhelp import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_WORKER = ROOT / "tests" / "conformance" / "node" / "cross-client-worker.js"
@@ -38,10 +39,21 @@ def python_worker(
     with psycopg.connect(dsn, autocommit=True) as conn:
         queue = JobQueue(conn)
         start.wait()
+        first = True
         while jobs := queue.claim(worker_id, limit=10):
+            claimed.extend((job.job_id, job.attempt) for job in jobs)
+            if first:
+                # Holding these, wait for Node's first claim: however fast either side starts,
+                # both get part of the work, and they claim at the same time.
+                wait_for(lambda: _node_claimed(conn), "the Node.js side to claim a job")
+                first = False
             for job in jobs:
-                claimed.append((job.job_id, job.attempt))
                 queue.complete(job.job_id, worker_id, job.attempt, {"by": worker_id})
+
+
+def _node_claimed(conn: psycopg.Connection) -> bool:
+    row = conn.execute("select exists (select from pyjobq.job where worker_id like 'node-%')")
+    return row.fetchone() == (True,)
 
 
 def test_python_and_node_share_a_queue(dsn: str, conn: psycopg.Connection, node: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from pyjobq import JobQueue, LeaseLost, LockTimeout
 from tests.sqlhelp import FROZEN, freeze, run_threads
+from tests.workerhelp import wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -162,10 +163,15 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
         t = threading.Thread(target=complete)
         t.start()
         pid = completer.info.backend_pid
-        while monitor.execute(
-            "select wait_event_type from pg_stat_activity where pid = %s", (pid,)
-        ).fetchone() != ("Lock",):
-            pass
+        wait_for(
+            lambda: (
+                monitor.execute(
+                    "select wait_event_type from pg_stat_activity where pid = %s", (pid,)
+                ).fetchone()
+                == ("Lock",)
+            ),
+            "the completion to wait on the reaper's lock",
+        )
     t.join()
     assert outcome == ["JQ001"]
     assert conn.execute("select status, attempts from pyjobq.job").fetchone() == (1, 1)

@@ -19,6 +19,7 @@ from tests.sqlhelp import (
     run_threads,
     status_of,
 )
+from tests.workerhelp import wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -157,12 +158,17 @@ def test_enqueuers_wait_for_an_uncommitted_duplicate_and_then_share_it(make_conn
         for t in threads:
             t.start()
         # Proven by the lock manager, not by sleeping: all four wait on the holder.
-        while monitor.execute(
-            "select count(*) from pg_stat_activity"
-            " where pid = any(%s) and wait_event_type = 'Lock'",
-            (pids,),
-        ).fetchone() != (4,):
-            pass
+        wait_for(
+            lambda: (
+                monitor.execute(
+                    "select count(*) from pg_stat_activity"
+                    " where pid = any(%s) and wait_event_type = 'Lock'",
+                    (pids,),
+                ).fetchone()
+                == (4,)
+            ),
+            "all four enqueuers to wait on the holder's lock",
+        )
     for t in threads:
         t.join()
     assert results == [(held, False)] * 4

@@ -131,6 +131,9 @@ create table pyjobq.job (
 
 comment on table pyjobq.job is
   'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD.';
+comment on column pyjobq.job.job_id is
+  'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
+  'gen_random_uuid(), only serves rows inserted directly.';
 comment on column pyjobq.job.attempts is
   'Claims so far (+1 at each claim); also the fencing token a holder passes back to complete, fail, renew or release.';
 comment on column pyjobq.job.seq is
@@ -367,6 +370,26 @@ comment on function pyjobq.job_types() is 'The registered job type codes and nam
 
 -- Enqueue ---------------------------------------------------------------------
 
+create function pyjobq._new_job_ids(p_now timestamptz, p_count int)
+returns table (seq bigint, job_id uuid)
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  -- Time-ordered ids in the layout of UUIDv7 (version 8 here): 48 bits of
+  -- milliseconds since the epoch, 12 random bits per call, then the job's seq
+  -- under the variant bits. seq is unique, so the id is; and new keys land at
+  -- the right edge of job_pkey instead of on random pages of a large index.
+  select s.seq,
+         (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
+    from (select lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
+                 || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0') as prefix) p,
+         lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s
+$$;
+
+comment on function pyjobq._new_job_ids(timestamptz, int) is
+  'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -388,6 +411,8 @@ declare
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_seq bigint;
+  v_new_id uuid;
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
@@ -403,10 +428,11 @@ begin
   -- An active job with the same key wins: insert or, on conflict, return that
   -- job. If it finishes between our insert and our lookup, try again.
   loop
+    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(v_now, 1) n;
     insert into pyjobq.job as j
-      (job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
     values
-      (p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
+      (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
     on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
@@ -504,13 +530,14 @@ begin
   if p_dedupe_keys is null then
     return query
     with input as materialized (
-      select u.i::int as ord, u.payload, gen_random_uuid() as new_id
-        from unnest(p_payloads) with ordinality as u(payload, i)
+      select u.i::int as ord, u.payload, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
-      select i.new_id, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
     )
@@ -528,13 +555,14 @@ begin
   -- by an active job, yields that job with created = false.
   for v_row in
     with input as materialized (
-      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, gen_random_uuid() as new_id
-        from unnest(p_payloads) with ordinality as u(payload, i)
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
-      select i.new_id, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
       on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -834,13 +862,19 @@ volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
+-- One statement for the batch, its plan pinned: input rows on the outside, each
+-- job found by its primary key (the only index the update's predicate allows),
+-- whatever the statistics say. The penalties of the disabled methods would
+-- otherwise tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
-  v_i int;
-  v_done_ids uuid[] := '{}';
-  v_done_attempts int[] := '{}';
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
@@ -853,33 +887,31 @@ begin
             hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
   end if;
 
-  -- One primary-key update per job: every plan of a set-based join proved
-  -- hostage to statistics (on a table that undercounts RUNNING jobs it
-  -- scanned every lease once per input job, or looked up the whole array
-  -- once per input job), while this is linear in the batch whatever they say.
-  for v_i in 1 .. v_count loop
-    job_id := p_job_ids[v_i];
+  return query
+  with input as (
+    select u.id, u.attempt, u.result, u.ord
+      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+  ), first_mention as (
+    -- A job listed twice is completed once, with the result of its first mention.
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+      from input i
+     order by i.id, i.attempt, i.ord
+  ), done as (
     update pyjobq.job j
        set status = 3,
-           result = p_results[v_i],
+           result = f.result,
            lease_until = null,
            updated_at = v_now
-     where j.job_id = p_job_ids[v_i]
+      from first_mention f
+     where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
-       and j.attempts = p_attempts[v_i];
-    if found then
-      v_done_ids := v_done_ids || job_id;
-      v_done_attempts := v_done_attempts || p_attempts[v_i];
-      completed := true;
-    else
-      -- The same attempt listed twice was completed by its first mention.
-      completed := exists (select 1
-                             from unnest(v_done_ids, v_done_attempts) as d(id, attempt)
-                            where d.id = job_id and d.attempt = p_attempts[v_i]);
-    end if;
-    return next;
-  end loop;
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts
+  )
+  select i.id, coalesce((i.id, i.attempt) in (select d.job_id, d.attempts from done d), false)
+    from input i
+   order by i.ord;
 end;
 $$;
 

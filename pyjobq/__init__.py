@@ -10,7 +10,7 @@ from pyjobq.errors import (
     LockTimeout,
     PyjobqError,
 )
-from pyjobq.migrate import migrate
+from pyjobq.migrate import SCHEMA_VERSION, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
     ClaimedJob,
@@ -26,6 +26,7 @@ from pyjobq.rows import (
 )
 
 __all__ = [
+    "SCHEMA_VERSION",
     "ClaimedJob",
     "Completion",
     "CountRow",

@@ -9,6 +9,10 @@ from urllib.parse import urlencode
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
 
+# The schema version this binding was written for: ``schema_version()`` after the last
+# shipped migration, and the number of migrations.
+SCHEMA_VERSION = 1
+
 # How long a migrator waits for another one to finish before giving up (yoyo's lock).
 LOCK_TIMEOUT_SECONDS = 60
 
@@ -22,6 +26,15 @@ def migrations_dir() -> Path:
     if checkout.is_dir():
         return checkout
     raise RuntimeError(f"pyjobq migrations not found in {shipped} nor in {checkout}")
+
+
+def shipped_migrations() -> list[str]:
+    """Return the ids of the shipped migrations (their file stems), in the order they apply."""
+    return sorted(
+        path.stem
+        for path in migrations_dir().glob("*.sql")
+        if not path.name.endswith(".rollback.sql")
+    )
 
 
 def yoyo_url(dsn: str) -> str:

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+import pyjobq
 from pyjobq import (
     ClaimedJob,
     InvalidArgument,
@@ -21,6 +22,7 @@ from pyjobq import (
     JobTypeConflict,
     LeaseLost,
 )
+from pyjobq.migrate import shipped_migrations
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -48,7 +50,7 @@ def test_full_lifecycle_through_the_binding(conn: Conn) -> None:
     q.complete(job.job_id, "w1", job.attempt, {"hits": 3})
     counts = {(c.job_type, c.status): c.jobs for c in q.counts()}
     assert counts[(JobType.SEARCH, JobStatus.DONE)] == 1
-    assert q.schema_version() == 3
+    assert q.schema_version() == pyjobq.SCHEMA_VERSION == len(shipped_migrations())
 
 
 def test_sqlstates_become_typed_exceptions_with_cause_and_hint(conn: Conn) -> None:

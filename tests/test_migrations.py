@@ -15,7 +15,7 @@ from psycopg import sql
 from yoyo import get_backend
 
 from pyjobq.localpg import LocalPostgres
-from pyjobq.migrate import migrate, migrations_dir, yoyo_url
+from pyjobq.migrate import migrate, migrations_dir, shipped_migrations, yoyo_url
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
 
@@ -61,14 +61,6 @@ def applied_counts(dsn: str) -> dict[str, int]:
     return dict(rows)
 
 
-def shipped_migration_ids() -> list[str]:
-    return sorted(
-        path.stem
-        for path in migrations_dir().glob("*.sql")
-        if not path.name.endswith(".rollback.sql")
-    )
-
-
 def test_migrations_build_the_canonical_schema(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:
@@ -107,7 +99,7 @@ def test_yoyo_command_line_applies_the_migrations(
     assert schema_dump(pg_server, by_cli) == schema_dump(pg_server, by_api)
     # Both paths keep the same bookkeeping, so migrate() sees the CLI's work as done.
     migrate(by_cli)
-    assert applied_counts(by_cli) == dict.fromkeys(shipped_migration_ids(), 1)
+    assert applied_counts(by_cli) == dict.fromkeys(shipped_migrations(), 1)
 
 
 def test_concurrent_migrators_apply_each_migration_once(new_database: Callable[[], str]) -> None:
@@ -125,7 +117,7 @@ def test_concurrent_migrators_apply_each_migration_once(new_database: Callable[[
     stderrs = [migrator.communicate(timeout=120)[1] for migrator in migrators]
 
     assert [migrator.returncode for migrator in migrators] == [0, 0], stderrs
-    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+    assert applied_counts(target) == dict.fromkeys(shipped_migrations(), 1)
 
 
 def test_migrate_waits_for_the_yoyo_lock(new_database: Callable[[], str]) -> None:
@@ -170,7 +162,7 @@ def test_migrate_waits_for_the_yoyo_lock(new_database: Callable[[], str]) -> Non
 
     assert not migrator.is_alive()
     assert errors == []
-    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+    assert applied_counts(target) == dict.fromkeys(shipped_migrations(), 1)
 
 
 def test_migrate_again_is_a_no_op(
@@ -184,10 +176,10 @@ def test_migrate_again_is_a_no_op(
     migrate(f"postgresql://{pg_server.user}@{pg_server.host}:{pg_server.port}/{dbname}")
 
     assert schema_dump(pg_server, target) == before
-    assert applied_counts(target) == dict.fromkeys(shipped_migration_ids(), 1)
+    assert applied_counts(target) == dict.fromkeys(shipped_migrations(), 1)
 
 
 def test_test_databases_come_fully_migrated(dsn: str) -> None:
     migrate(dsn)
 
-    assert applied_counts(dsn) == dict.fromkeys(shipped_migration_ids(), 1)
+    assert applied_counts(dsn) == dict.fromkeys(shipped_migrations(), 1)

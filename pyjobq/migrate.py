@@ -11,7 +11,7 @@ from yoyo import get_backend, read_migrations
 
 # The schema version this binding was written for: ``schema_version()`` after the last
 # shipped migration, and the number of migrations.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # How long a migrator waits for another one to finish before giving up (yoyo's lock).
 LOCK_TIMEOUT_SECONDS = 60

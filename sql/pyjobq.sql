@@ -71,7 +71,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 1
+  select 2
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -85,7 +85,7 @@ create table pyjobq.job_type (
   created_at timestamptz not null default pyjobq.clock_now(),
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
-  constraint job_type_name_not_blank check (btrim(name) <> '')
+  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '')
 );
 
 comment on table pyjobq.job_type is
@@ -211,7 +211,7 @@ begin
       using errcode = '22004',
             hint = format('Pass a non-blank text of at most %s characters.', p_max_length);
   end if;
-  if btrim(p_value) = '' or length(p_value) > p_max_length then
+  if btrim(p_value, E' \t\n\r\f\v') = '' or length(p_value) > p_max_length then
     raise exception '% must be a non-blank text of 1 to % characters', p_name, p_max_length
       using errcode = '22023',
             detail = format('%s had %s characters.', p_name, length(p_value));
@@ -220,7 +220,35 @@ end;
 $$;
 
 comment on function pyjobq._check_text(text, text, int, boolean) is
-  'Raises 22004 for a null text (unless p_nullable) and 22023 for a blank one or one longer than p_max_length.';
+  'Raises 22004 for a null text (unless p_nullable) and 22023 for a blank one (nothing but spaces, tabs or '
+  'line breaks) or one longer than p_max_length.';
+
+-- Arrays pair their elements by position (a payload with its dedupe key, a job
+-- id with its attempt), so every array argument is one-dimensional and its
+-- positions count from 1: an array written '[0:1]={a,b}' is renumbered (a
+-- slice always starts at 1), a multi-dimensional one refused.
+create function pyjobq._check_array(p_name text, p_value anyarray)
+returns anyarray
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if array_ndims(p_value) > 1 then
+    raise exception '% must be a one-dimensional array', p_name
+      using errcode = '22023',
+            detail = format('%s has %s dimensions.', p_name, array_ndims(p_value)),
+            hint = 'Pass a plain list of values, e.g. ARRAY[...] or ''{...}''.';
+  end if;
+  if array_lower(p_value, 1) <> 1 then
+    return p_value[array_lower(p_value, 1):array_upper(p_value, 1)];
+  end if;
+  return p_value;
+end;
+$$;
+
+comment on function pyjobq._check_array(text, anyarray) is
+  'Returns p_value renumbered from 1 when it starts elsewhere; raises 22023 when it has more than one dimension.';
 
 create function pyjobq._check_job_type(p_job_type int)
 returns void
@@ -275,6 +303,11 @@ declare
   v_worker text;
   v_attempts smallint;
 begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_claim returned.';
+  end if;
   select j.status, j.worker_id, j.attempts
     into v_status, v_worker, v_attempts
     from pyjobq.job j
@@ -301,7 +334,8 @@ end;
 $$;
 
 comment on function pyjobq._raise_not_held(uuid, text, int) is
-  'Raises JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act on job p_job_id.';
+  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
+  'on job p_job_id.';
 
 -- Retry delay after attempt p_attempt: 2 s doubling per attempt, capped at one
 -- hour, minus up to 25% random jitter so retries of a burst spread out.
@@ -487,6 +521,8 @@ declare
   v_bad int;
   v_row record;
 begin
+  p_payloads := pyjobq._check_array('p_payloads', p_payloads);
+  p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
@@ -512,7 +548,7 @@ begin
     end if;
     select min(u.i) into v_bad
       from unnest(p_dedupe_keys) with ordinality as u(dedupe_key, i)
-     where btrim(u.dedupe_key) = '' or length(u.dedupe_key) > 200;
+     where btrim(u.dedupe_key, E' \t\n\r\f\v') = '' or length(u.dedupe_key) > 200;
     if v_bad is not null then
       raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
         using errcode = '22023';
@@ -638,6 +674,7 @@ declare
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
+  v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
   v_front text[] := string_to_array(current_setting('pyjobq.claim_front', true), '/');
   v_epoch bigint;
   v_bounded boolean;
@@ -654,6 +691,7 @@ begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
   if p_job_types is null then
     select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
   elsif exists (select 1
@@ -676,20 +714,30 @@ begin
   -- jobs sort after it (seq grows, run_after >= now), except jobs of a more
   -- urgent priority, looked for separately ("ahead"), and jobs that a change
   -- puts back before it (release, a past run_after, redrive, a retry due at
-  -- once), which bump pyjobq.job_claim_epoch and so void every front. A front
-  -- also expires after a second, is void once the clock reads earlier than
-  -- when it was taken, and is kept per set of job types; the expiry bounds the
-  -- wait of a job left behind by a claim that rolled back. When
+  -- once), which bump pyjobq.job_claim_epoch and so void every front. When
   -- the part after the front cannot fill the batch, the scan from the head
   -- fills it, so an emptying queue is answered exactly as without a front.
+  --
+  -- Correctness rests on the head scan, not on the epoch: a job can still be
+  -- left behind a front (an enqueue that commits after claims passed its
+  -- position, a claim that rolled back, a release committing after a claimer
+  -- read the epoch). So a front lives one second from the head scan that
+  -- started it (front[2]); claims that resume from it do not extend its life.
+  -- The next claim after that second scans from the head again, so no due,
+  -- unlocked job is passed over for much more than a second by any session
+  -- that keeps claiming, whatever the backlog. A front is also void once the
+  -- clock reads earlier than the claim that wrote it (front[4]), and is kept
+  -- per set of job types. pyjobq.claim_front_off = on turns fronts off for
+  -- the session: every claim is then the plain scan from the head.
   select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
   v_bounded := coalesce(cardinality(v_front) = 7
                         and v_front[1] = v_epoch::text
                         and v_front[3] = v_types::text
-                        and extract(epoch from clock_timestamp()) * 1000000 < v_front[2]::numeric + 1000000
+                        and v_now_us < v_front[2]::bigint + 1000000  -- one second from its head scan
                         -- a clock set back (a frozen test clock reset, an NTP
                         -- step) would let new jobs sort before the front
-                        and extract(epoch from v_now) * 1000000 >= v_front[4]::numeric,
+                        and v_now_us >= v_front[4]::bigint
+                        and current_setting('pyjobq.claim_front_off', true) is distinct from 'on',
                         false);
   if not v_bounded and cardinality(v_front) > 0 then
     perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
@@ -787,15 +835,16 @@ begin
     end if;
   end loop;
   -- The new front: the last job taken, or, when the head scan took any, the
-  -- last of those (due jobs may remain between it and the old front).
+  -- last of those (due jobs may remain between it and the old front). A head
+  -- scan starts a new second of life; resuming keeps the old front's.
   if v_from_head > 0 then
     v_last := v_head_last;
   end if;
   if v_claimed > 0 then
     perform set_config(
       'pyjobq.claim_front',
-      concat_ws('/', v_epoch, (extract(epoch from clock_timestamp()) * 1000000)::bigint, v_types::text,
-                (extract(epoch from v_now) * 1000000)::bigint,
+      concat_ws('/', v_epoch, case when v_from_head > 0 then v_now_us else v_front[2]::bigint end,
+                v_types::text, v_now_us,
                 v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
       false);
   end if;
@@ -874,6 +923,9 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_results := pyjobq._check_array('p_results', p_results);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   if coalesce(cardinality(p_attempts), 0) <> v_count
@@ -907,7 +959,16 @@ begin
        and j.attempts = f.attempt
     returning j.job_id, j.attempts
   )
-  select i.id, coalesce((i.id, i.attempt) in (select d.job_id, d.attempts from done d), false)
+  -- A job this very attempt completed before (a retried call whose first reply
+  -- was lost) counts as completed: the result stored then stays.
+  select i.id,
+         case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
+              else exists (select from pyjobq.job k
+                            where k.job_id = i.id
+                              and k.status = 3
+                              and k.worker_id = p_worker_id
+                              and k.attempts = i.attempt)
+         end
     from input i
    order by i.ord;
 end;
@@ -915,7 +976,8 @@ $$;
 
 comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
   'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
-  'Returns every input job id with completed = false for those no longer held (they are left unchanged).';
+  'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
+  'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
 
 create function pyjobq.job_fail(
   p_job_id uuid,
@@ -949,7 +1011,6 @@ begin
     v_delay := make_interval(secs => p_retry_delay_seconds);
   end if;
 
-  return query
   update pyjobq.job j
      set status = case when v_dead_letter or j.attempts >= j.max_attempts then 4 else 1 end,
          run_after = case when v_dead_letter or j.attempts >= j.max_attempts then j.run_after
@@ -962,13 +1023,14 @@ begin
      and j.status = 2
      and j.worker_id = p_worker_id
      and j.attempts = p_attempt
-  returning j.status::int, j.run_after;
+  returning j.status::int, j.run_after into status, run_after;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
-  if p_retry_delay_seconds = 0 then
+  if p_retry_delay_seconds = 0 and status = 1 then
     perform nextval('pyjobq.job_claim_epoch');  -- due at once: may sort before a claim front
   end if;
+  return next;
 end;
 $$;
 
@@ -1133,6 +1195,7 @@ declare
   v_id uuid;
   v_moved int := 0;
 begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_job_type is not null then
     perform pyjobq._check_job_type(p_job_type);
@@ -1195,9 +1258,10 @@ declare
   v_deleted bigint;
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  if p_older_than is null or p_older_than < interval '0' then
-    raise exception 'p_older_than must be an interval of zero or more'
+  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
+    raise exception 'p_older_than must be an interval between 0 and 100 years'
       using errcode = case when p_older_than is null then '22004' else '22023' end,
+            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
             hint = 'e.g. ''7 days''.';
   end if;
   with doomed as (
@@ -1217,7 +1281,8 @@ end;
 $$;
 
 comment on function pyjobq.job_prune(interval, int) is
-  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than ago, '
+  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than '
+  '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit.';
 
 create function pyjobq.job_counts()

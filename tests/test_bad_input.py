@@ -74,6 +74,36 @@ BAD_CALLS = [
     ("22004", "p_older_than", "select pyjobq.job_prune(null)"),
     ("22023", "p_job_type", "select pyjobq.job_type_register(40000, 'X')"),
     ("22023", "p_name", "select pyjobq.job_type_register(9, '')"),
+    ("22023", "p_name", "select pyjobq.job_type_register(9, E' \\t\\n')"),
+    ("22023", "p_worker_id", "select pyjobq.job_claim(E'\\t')"),
+    ("22023", "p_dedupe_key", "select pyjobq.job_enqueue(1, '{}', p_dedupe_key => E'\\n\\r')"),
+    (
+        "22023",
+        "p_dedupe_keys",
+        "select pyjobq.job_enqueue_many(1, array['{}']::jsonb[], array[E'\\t'])",
+    ),
+    ("22004", "p_job_id", "select pyjobq.job_complete(null, 'w1', 1)"),
+    ("22004", "p_job_id", "select pyjobq.job_fail(null, 'w1', 1)"),
+    ("22004", "p_job_id", "select pyjobq.job_renew_lease(null, 'w1', 1)"),
+    ("22004", "p_job_id", "select pyjobq.job_release(null, 'w1', 1)"),
+    ("22023", "p_older_than", "select pyjobq.job_prune('1000000 years')"),
+    (
+        "22023",
+        "p_payloads",
+        'select pyjobq.job_enqueue_many(1, \'{{"{}"},{"{}"}}\'::jsonb[])',
+    ),
+    (
+        "22023",
+        "p_dedupe_keys",
+        "select pyjobq.job_enqueue_many(1, array['{}', '{}']::jsonb[], '{{a},{b}}'::text[])",
+    ),
+    ("22023", "p_job_types", "select pyjobq.job_claim('w1', 1, 10, '{{1},{2}}'::int[])"),
+    (
+        "22023",
+        "p_job_ids",
+        "select pyjobq.job_complete_many('w1', array[array[gen_random_uuid()]], '{{1}}')",
+    ),
+    ("22023", "p_job_ids", "select pyjobq.job_redrive(array[array[gen_random_uuid()]])"),
 ]
 
 
@@ -121,3 +151,13 @@ def test_lease_lost_carries_detail_and_hint(conn: Conn) -> None:
     assert caught.value.sqlstate == "JQ001"
     assert caught.value.diag.message_detail
     assert caught.value.diag.message_hint
+
+
+def test_arrays_not_numbered_from_one_pair_their_elements_in_order(conn: Conn) -> None:
+    payloads = """'[0:1]={"{\\"n\\": 0}","{\\"n\\": 1}"}'::jsonb[]"""
+    ords = conn.execute(
+        f"select ord from pyjobq.job_enqueue_many(1, {payloads}, '[5:6]={{ka,kb}}'::text[])"
+    ).fetchall()
+    assert ords == [(1,), (2,)]
+    stored = conn.execute("select dedupe_key, payload from pyjobq.job order by seq").fetchall()
+    assert stored == [("ka", {"n": 0}), ("kb", {"n": 1})]

@@ -88,8 +88,13 @@ def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
     assert {j.priority for j in jobs} == {7}
     done = q.complete_many("w1", [j.job_id for j in jobs], [j.attempt for j in jobs])
     assert all(c.completed for c in done)
-    stale = q.complete_many("w1", [jobs[0].job_id], [jobs[0].attempt], [{"late": True}])
+    # The same holder again (a retry after a lost reply): still completed, result unchanged.
+    again = q.complete_many("w1", [jobs[0].job_id], [jobs[0].attempt], [{"late": True}])
+    assert [c.completed for c in again] == [True]
+    stale = q.complete_many("w2", [jobs[0].job_id], [jobs[0].attempt])
     assert [c.completed for c in stale] == [False]
+    result = conn.execute("select result from pyjobq.job where job_id = %s", [jobs[0].job_id])
+    assert result.fetchone() == (None,)
 
 
 def test_enqueue_many_names_the_first_payload_that_is_not_an_object(conn: Conn) -> None:

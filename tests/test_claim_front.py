@@ -93,3 +93,74 @@ def test_a_clock_set_back_voids_the_front_for_good(conn: Conn) -> None:
     earlier = enqueue(conn)  # due at FROZEN, so before the old front's run_after
     freeze(conn, FROZEN + timedelta(hours=2))
     assert ids(claim(conn, limit=2)) == [earlier, jobs[2]]
+
+
+def drain_batches(conn: Conn, batches: int, limit: int = 20, tick: float = 0.0) -> list[Any]:
+    """Claim and complete ``batches`` batches of ``limit`` jobs; the ids claimed, in order.
+
+    With ``tick``, the session's frozen clock moves that many seconds before each claim.
+    """
+    taken: list[Any] = []
+    for _ in range(batches):
+        if tick:
+            now = conn.execute("select pyjobq.clock_now()").fetchone()[0]
+            freeze(conn, now + timedelta(seconds=tick))
+        rows = claim(conn, limit=limit)
+        conn.execute(
+            "select pyjobq.job_complete_many('w1', %s::uuid[], %s::int[])",
+            ([r[0] for r in rows], [r[1] for r in rows]),
+        )
+        taken += ids(rows)
+    return taken
+
+
+def pending(conn: Conn) -> int:
+    return int(conn.execute("select count(*) from pyjobq.job where status = 1").fetchone()[0])
+
+
+def test_a_late_committing_enqueue_waits_at_most_the_front_lifetime(
+    conn: Conn, make_conn: Any
+) -> None:
+    # The outbox pattern under load: the job's transaction commits after claims passed
+    # its position. The clock is frozen and moves 0.1 s per claim, so the claims after
+    # the commit span 1.1 s: the front may pass the job for a second, not longer.
+    freeze(conn, FROZEN)
+    fill(conn, 200)
+    producer = make_conn()
+    freeze(producer, FROZEN)
+    producer.execute("begin")
+    late = enqueue(producer, 1, '{"late": true}')
+    fill(conn, 40000)
+    drain_batches(conn, 30, tick=0.1)
+    producer.execute("commit")
+    assert late in drain_batches(conn, 11, tick=0.1)
+    assert pending(conn) > 39000
+
+
+def test_jobs_of_a_rolled_back_claim_wait_at_most_the_front_lifetime(
+    conn: Conn, make_conn: Any
+) -> None:
+    freeze(conn, FROZEN)
+    jobs = fill(conn, 2000)
+    other = make_conn()
+    freeze(other, FROZEN)
+    with other.transaction(force_rollback=True):
+        locked = ids(claim(other, "w2", 20))
+        drain_batches(conn, 3, tick=0.1)  # skips the rows w2 holds, and the front passes them
+    taken = drain_batches(conn, 11, tick=0.1)
+    assert set(locked) <= set(taken)
+    assert locked == jobs[:20]
+    assert pending(conn) > 1700
+
+
+def test_the_front_can_be_turned_off_for_a_session(conn: Conn, make_conn: Any) -> None:
+    freeze(conn, FROZEN)
+    conn.execute("set pyjobq.claim_front_off = on")
+    jobs = fill(conn, 100)
+    other = make_conn()
+    freeze(other, FROZEN)
+    with other.transaction(force_rollback=True):
+        locked = ids(claim(other, "w2", 5))
+        assert ids(claim(conn, limit=5)) == jobs[5:10]
+    # No front: the very next claim scans from the head and finds the rolled-back jobs.
+    assert ids(claim(conn, limit=5)) == locked

@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from pyjobq import JobQueue, JobStatus, LeaseLost
 from pyjobq.localpg import LocalPostgres
 from tests.faults.harness import EFFECTS, Recorder, make_worker
+from tests.sqlhelp import FROZEN
 from tests.worker_handlers import EFFECTS as HANDLER_EFFECTS
 from tests.workerhelp import Running, spawn_worker, statuses, wait_for
 
@@ -270,3 +271,46 @@ def test_cli_worker_behind_pgbouncer(
     finally:
         worker.kill()
     assert conn.execute("select count(*) from effects").fetchone() == (300,)
+
+
+def test_a_late_enqueue_is_claimed_within_the_front_lifetime_through_pgbouncer(
+    bouncer_dsn: str, conn: Conn, make_conn: Any
+) -> None:
+    # Claim fronts are state of the server session: behind PgBouncer, a client resumes from
+    # whatever front the last claim on that server connection left, whoever made it. The
+    # bound still holds, because every server session's chain of resumed claims lives one
+    # second from its own head scan. The clock is frozen per transaction and moves 0.1 s a
+    # claim, whichever client makes it.
+    ticks = iter(range(1000))
+
+    def claim_batch(client: Conn) -> list[Any]:
+        at = FROZEN + timedelta(seconds=0.1 * next(ticks))
+        with client.transaction():
+            client.execute("select set_config('pyjobq.fake_now', %s, true)", (str(at),))
+            rows = client.execute("select job_id, attempt from pyjobq.job_claim('w1', 20)")
+            taken = rows.fetchall()
+            client.execute(
+                "select pyjobq.job_complete_many('w1', %s::uuid[], %s::int[])",
+                ([r[0] for r in taken], [r[1] for r in taken]),
+            )
+        return [r[0] for r in taken]
+
+    q = JobQueue(conn)
+    q.enqueue_many(1, [{}] * 200)
+    producer = make_conn()
+    producer.execute("begin")
+    late = JobQueue(producer).enqueue(1, {"late": True}).job_id
+    q.enqueue_many(1, [{}] * 40000)
+    clients = [psycopg.connect(bouncer_dsn, **CLIENT) for _ in range(3)]
+    try:
+        for i in range(30):  # the fronts move past the late job's position
+            claim_batch(clients[i % 3])
+        producer.execute("commit")
+        # Within a second of claims (10 of them), the front of every server session they
+        # land on has expired or was started after the commit by a scan from the head.
+        taken = [j for i in range(10) for j in claim_batch(clients[i % 3])]
+    finally:
+        for client in clients:
+            client.close()
+    assert late in taken
+    assert statuses(conn)[1] > 39000

@@ -16,7 +16,8 @@ select job_complete(:'a', 'w1', 1, '{"rows": 3}');
 -- The same attempt again: JQ003.
 select job_complete(:'a', 'w1', 1);
 select status, result, lease_until, worker_id from pyjobq.job where job_id = :'a';
--- Many at once: the ones no longer held come back with completed = false.
+-- Many at once: a job this holder already completed (a) reports completed = true again
+-- (a retry after a lost reply), its result unchanged; one not held comes back false.
 select job_id = :'b' as is_b, job_id = :'c' as is_c, job_id = :'a' as is_a, completed
   from job_complete_many('w1', array[:'b', :'c', :'a']::uuid[], '{1, 1, 1}',
                          array['{"ok": "b"}', null, null]::jsonb[]);

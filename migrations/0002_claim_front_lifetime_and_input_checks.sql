@@ -1,0 +1,748 @@
+-- depends: 0001_initial
+
+-- Schema 2.
+--
+-- Claim order: a claim front lives one second from the head scan that started
+-- it, and claims resuming from it no longer extend its life, so a job left
+-- behind a front (an enqueue committing late, a claim rolled back, a release
+-- racing a claim) waits about a second under continuous claiming instead of
+-- until the backlog is gone. pyjobq.claim_front_off = on turns fronts off.
+--
+-- Input: array arguments are renumbered from 1 or, when multi-dimensional,
+-- refused (job_enqueue_many paired keys with payloads by position); a null
+-- job id is 22004; job_prune's interval is bounded; blank means blank of any
+-- whitespace. job_complete_many counts a job its caller's attempt already
+-- completed as completed, so a call retried after a lost reply is safe.
+-- job_fail with a zero delay that ends DEAD no longer voids claim fronts.
+
+create or replace function pyjobq.schema_version()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select 2
+$$;
+
+alter table pyjobq.job_type drop constraint job_type_name_not_blank;
+alter table pyjobq.job_type add constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '');
+
+
+create or replace function pyjobq._check_text(p_name text, p_value text, p_max_length int, p_nullable boolean)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_value is null then
+    if p_nullable then
+      return;
+    end if;
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            hint = format('Pass a non-blank text of at most %s characters.', p_max_length);
+  end if;
+  if btrim(p_value, E' \t\n\r\f\v') = '' or length(p_value) > p_max_length then
+    raise exception '% must be a non-blank text of 1 to % characters', p_name, p_max_length
+      using errcode = '22023',
+            detail = format('%s had %s characters.', p_name, length(p_value));
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_text(text, text, int, boolean) is
+  'Raises 22004 for a null text (unless p_nullable) and 22023 for a blank one (nothing but spaces, tabs or '
+  'line breaks) or one longer than p_max_length.';
+
+
+create function pyjobq._check_array(p_name text, p_value anyarray)
+returns anyarray
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if array_ndims(p_value) > 1 then
+    raise exception '% must be a one-dimensional array', p_name
+      using errcode = '22023',
+            detail = format('%s has %s dimensions.', p_name, array_ndims(p_value)),
+            hint = 'Pass a plain list of values, e.g. ARRAY[...] or ''{...}''.';
+  end if;
+  if array_lower(p_value, 1) <> 1 then
+    return p_value[array_lower(p_value, 1):array_upper(p_value, 1)];
+  end if;
+  return p_value;
+end;
+$$;
+
+comment on function pyjobq._check_array(text, anyarray) is
+  'Returns p_value renumbered from 1 when it starts elsewhere; raises 22023 when it has more than one dimension.';
+
+
+create or replace function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_status smallint;
+  v_worker text;
+  v_attempts smallint;
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_claim returned.';
+  end if;
+  select j.status, j.worker_id, j.attempts
+    into v_status, v_worker, v_attempts
+    from pyjobq.job j
+   where j.job_id = p_job_id;
+  if not found then
+    raise exception 'job % does not exist', p_job_id
+      using errcode = 'JQ002',
+            hint = 'It may have been pruned, or the id is wrong.';
+  end if;
+  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
+    raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
+      using errcode = 'JQ003',
+            detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
+            hint = 'Finish each claimed attempt once.';
+  end if;
+  raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
+    using errcode = 'JQ001',
+          detail = format('The job is %s at attempt %s, worker %s.',
+                          case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
+                                        when 3 then 'DONE' else 'DEAD' end,
+                          v_attempts, coalesce(v_worker, 'none')),
+          hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
+end;
+$$;
+
+comment on function pyjobq._raise_not_held(uuid, text, int) is
+  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
+  'on job p_job_id.';
+
+
+create or replace function pyjobq.job_enqueue_many(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_dedupe_keys text[] default null,
+  p_priority int default null,
+  p_run_after timestamptz default null,
+  p_max_attempts int default null
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- A batch of thousands of rows costs enough to cross jit_above_cost, and
+-- compiling the plan took longer than running it (270 of 450 ms for 20000).
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_priority int := coalesce(p_priority, 100);
+  v_run_after timestamptz := coalesce(p_run_after, v_now);
+  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_count int := coalesce(cardinality(p_payloads), 0);
+  v_bad int;
+  v_row record;
+begin
+  p_payloads := pyjobq._check_array('p_payloads', p_payloads);
+  p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
+  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
+  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
+  if not isfinite(v_run_after) then
+    raise exception 'p_run_after must be a finite time'
+      using errcode = '22023', hint = 'Leave it out to run the jobs now.';
+  end if;
+  select min(u.i) into v_bad
+    from unnest(p_payloads) with ordinality as u(payload, i)
+   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
+  if v_bad is not null then
+    raise exception 'p_payloads[%] must be a JSON object', v_bad
+      using errcode = '22023',
+            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
+  end if;
+  if p_dedupe_keys is not null then
+    if cardinality(p_dedupe_keys) <> v_count then
+      raise exception 'p_dedupe_keys must have as many elements as p_payloads'
+        using errcode = '22023',
+              detail = format('p_payloads has %s, p_dedupe_keys %s.', v_count, cardinality(p_dedupe_keys)),
+              hint = 'Use null elements for jobs without a key.';
+    end if;
+    select min(u.i) into v_bad
+      from unnest(p_dedupe_keys) with ordinality as u(dedupe_key, i)
+     where btrim(u.dedupe_key, E' \t\n\r\f\v') = '' or length(u.dedupe_key) > 200;
+    if v_bad is not null then
+      raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
+        using errcode = '22023';
+    end if;
+  end if;
+
+  if v_run_after < v_now then
+    perform nextval('pyjobq.job_claim_epoch');  -- the jobs may sort before a claim front
+  end if;
+
+  -- Without keys nothing can conflict: every row is inserted, and the ids
+  -- drawn beforehand are the answer, in input order, without a row-by-row loop.
+  if p_dedupe_keys is null then
+    return query
+    with input as materialized (
+      select u.i::int as ord, u.payload, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
+        from input i
+       order by i.ord
+    )
+    select i.ord, i.new_id, true
+      from input i
+     order by i.ord;
+    if v_run_after <= v_now then
+      perform pg_notify('pyjobq_job', p_job_type::text);
+    end if;
+    return;
+  end if;
+
+  -- Ids are drawn before the insert so that inserted rows can be matched back
+  -- to their input position. A key repeated within the batch, or already held
+  -- by an active job, yields that job with created = false.
+  for v_row in
+    with input as materialized (
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        from input i
+       order by i.ord
+      on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      returning j.job_id, j.dedupe_key
+    )
+    select i.ord,
+           i.dedupe_key,
+           coalesce(mine.job_id, sibling.job_id, active.job_id) as job_id,
+           mine.job_id is not null as created
+      from input i
+      left join inserted mine on mine.job_id = i.new_id
+      left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
+      left join pyjobq.job active
+             on mine.job_id is null and sibling.job_id is null
+            and active.dedupe_key = i.dedupe_key and active.status in (1, 2)
+     order by i.ord
+  loop
+    ord := v_row.ord;
+    job_id := v_row.job_id;
+    created := v_row.created;
+    if job_id is null then
+      -- The active job holding this key finished while we inserted.
+      select e.job_id, e.created into job_id, created
+        from pyjobq.job_enqueue(p_job_type, p_payloads[ord], v_priority, v_run_after,
+                                v_row.dedupe_key, v_max_attempts) e;
+    end if;
+    return next;
+  end loop;
+  if v_run_after <= v_now then
+    perform pg_notify('pyjobq_job', p_job_type::text);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int) is
+  'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
+  'p_dedupe_keys, when given, pairs a key (or null) with each payload. Returns one row per payload in input '
+  'order: its 1-based position, the job id, and whether it was newly created.';
+
+
+create or replace function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz
+)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
+-- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
+-- sorts off the table leaves the ordered scan of job_claim_idx, which stops
+-- after p_limit rows, whatever the statistics say. The penalty that disabling
+-- adds to a plan's cost would otherwise also trigger JIT compilation on
+-- every call (hundreds of milliseconds), so JIT is off here too.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+  v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
+  v_front text[] := string_to_array(current_setting('pyjobq.claim_front', true), '/');
+  v_epoch bigint;
+  v_bounded boolean;
+  -- Without a front these match nothing yet keep every scan an index scan.
+  v_priority smallint := -1;
+  v_run_after timestamptz := '-infinity';
+  v_seq bigint := 0;
+  v_row record;
+  v_head_last record;
+  v_last record;
+  v_claimed int := 0;
+  v_from_head int := 0;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
+  elsif exists (select 1
+                  from unnest(p_job_types) as u(code)
+                 where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null to claim every registered type.';
+  else
+    v_types := p_job_types::smallint[];
+  end if;
+
+  -- The front. Each claimed job leaves an index entry behind that a snapshot
+  -- older than the claim can still see (an idle transaction, a long report),
+  -- and while such a snapshot lives, no scan and no vacuum may drop it: every
+  -- claim from the head of job_claim_idx would walk past all jobs claimed
+  -- since, and a drain would turn quadratic. So the session remembers where
+  -- its last claim ended, (priority, run_after, seq): every due job before
+  -- that point was claimed, or locked by a claimer, when it was taken. New
+  -- jobs sort after it (seq grows, run_after >= now), except jobs of a more
+  -- urgent priority, looked for separately ("ahead"), and jobs that a change
+  -- puts back before it (release, a past run_after, redrive, a retry due at
+  -- once), which bump pyjobq.job_claim_epoch and so void every front. When
+  -- the part after the front cannot fill the batch, the scan from the head
+  -- fills it, so an emptying queue is answered exactly as without a front.
+  --
+  -- Correctness rests on the head scan, not on the epoch: a job can still be
+  -- left behind a front (an enqueue that commits after claims passed its
+  -- position, a claim that rolled back, a release committing after a claimer
+  -- read the epoch). So a front lives one second from the head scan that
+  -- started it (front[2]); claims that resume from it do not extend its life.
+  -- The next claim after that second scans from the head again, so no due,
+  -- unlocked job is passed over for much more than a second by any session
+  -- that keeps claiming, whatever the backlog. A front is also void once the
+  -- clock reads earlier than the claim that wrote it (front[4]), and is kept
+  -- per set of job types. pyjobq.claim_front_off = on turns fronts off for
+  -- the session: every claim is then the plain scan from the head.
+  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
+  v_bounded := coalesce(cardinality(v_front) = 7
+                        and v_front[1] = v_epoch::text
+                        and v_front[3] = v_types::text
+                        and v_now_us < v_front[2]::bigint + 1000000  -- one second from its head scan
+                        -- a clock set back (a frozen test clock reset, an NTP
+                        -- step) would let new jobs sort before the front
+                        and v_now_us >= v_front[4]::bigint
+                        and current_setting('pyjobq.claim_front_off', true) is distinct from 'on',
+                        false);
+  if not v_bounded and cardinality(v_front) > 0 then
+    perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
+  end if;
+  if v_bounded then
+    v_priority := v_front[5]::smallint;
+    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[6]::bigint / 1000000)
+                   + (v_front[6]::bigint % 1000000) * interval '1 microsecond';
+    v_seq := v_front[7]::bigint;
+  end if;
+
+  -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
+  -- (a plain subquery may be re-run by a nested loop and lock more), and SKIP
+  -- LOCKED lets concurrent claimers take the next rows instead of waiting.
+  -- The urgent jobs ahead of the front come first, then the jobs after it,
+  -- then the scan from the head. Without a front, "ahead" and "after" have
+  -- limit 0 and read nothing.
+  for v_row in
+  with ahead as materialized (
+    select c.job_id, 1 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.priority < v_priority
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  after as materialized (
+    select c.job_id, 2 as part
+      from pyjobq.job c
+     where c.status = 1
+       and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  head as materialized (
+    select c.job_id, 3 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+       and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
+     order by c.priority, c.run_after, c.seq
+     limit v_limit
+       for update skip locked
+  ),
+  -- CTEs run as far as they are read: once v_limit jobs are picked, the
+  -- scans not yet reached never start and lock nothing.
+  picked as (
+    (select a.job_id, a.part from ahead a
+     union all
+     select f.job_id, f.part from after f
+     union all
+     select h.job_id, h.part from head h)
+    limit v_limit
+  ),
+  claimed as (
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_until = v_now + make_interval(secs => v_lease),
+           run_started_at = v_now,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.seq, p.part
+  )
+  select c.*
+    from claimed c
+   order by c.priority, c.run_after, c.seq
+  loop
+    job_id := v_row.job_id;
+    job_type := v_row.job_type;
+    priority := v_row.priority;
+    payload := v_row.payload;
+    attempt := v_row.attempts;
+    max_attempts := v_row.max_attempts;
+    dedupe_key := v_row.dedupe_key;
+    run_after := v_row.run_after;
+    lease_until := v_row.lease_until;
+    created_at := v_row.created_at;
+    return next;
+    v_claimed := v_claimed + 1;
+    v_last := v_row;
+    if v_row.part = 3 then
+      v_from_head := v_from_head + 1;
+      v_head_last := v_row;
+    end if;
+  end loop;
+  -- The new front: the last job taken, or, when the head scan took any, the
+  -- last of those (due jobs may remain between it and the old front). A head
+  -- scan starts a new second of life; resuming keeps the old front's.
+  if v_from_head > 0 then
+    v_last := v_head_last;
+  end if;
+  if v_claimed > 0 then
+    perform set_config(
+      'pyjobq.claim_front',
+      concat_ws('/', v_epoch, case when v_from_head > 0 then v_now_us else v_front[2]::bigint end,
+                v_types::text, v_now_us,
+                v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
+      false);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_claim(text, int, int, int[]) is
+  'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
+  'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
+  'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
+  'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
+  'An empty result means nothing is due.';
+
+
+create or replace function pyjobq.job_complete_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_results jsonb[] default null
+)
+returns table (job_id uuid, completed boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- One statement for the batch, its plan pinned: input rows on the outside, each
+-- job found by its primary key (the only index the update's predicate allows),
+-- whatever the statistics say. The penalties of the disabled methods would
+-- otherwise tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_results := pyjobq._check_array('p_results', p_results);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  if coalesce(cardinality(p_attempts), 0) <> v_count
+     or (p_results is not null and cardinality(p_results) <> v_count) then
+    raise exception 'p_attempts and p_results must have as many elements as p_job_ids'
+      using errcode = '22023',
+            detail = format('p_job_ids has %s, p_attempts %s, p_results %s.',
+                            v_count, cardinality(p_attempts), coalesce(cardinality(p_results)::text, 'null')),
+            hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
+  end if;
+
+  return query
+  with input as (
+    select u.id, u.attempt, u.result, u.ord
+      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+  ), first_mention as (
+    -- A job listed twice is completed once, with the result of its first mention.
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+      from input i
+     order by i.id, i.attempt, i.ord
+  ), done as (
+    update pyjobq.job j
+       set status = 3,
+           result = f.result,
+           lease_until = null,
+           updated_at = v_now
+      from first_mention f
+     where j.job_id = f.id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts
+  )
+  -- A job this very attempt completed before (a retried call whose first reply
+  -- was lost) counts as completed: the result stored then stays.
+  select i.id,
+         case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
+              else exists (select from pyjobq.job k
+                            where k.job_id = i.id
+                              and k.status = 3
+                              and k.worker_id = p_worker_id
+                              and k.attempts = i.attempt)
+         end
+    from input i
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
+  'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
+  'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
+
+
+create or replace function pyjobq.job_fail(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_error text default null,
+  p_retry_delay_seconds double precision default null,
+  p_dead_letter boolean default null
+)
+returns table (status int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_dead_letter boolean := coalesce(p_dead_letter, false);
+  v_delay interval;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  if p_retry_delay_seconds is not null then
+    if not (p_retry_delay_seconds between 0 and 31536000) then
+      raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
+        using errcode = '22023',
+              detail = format('p_retry_delay_seconds was %s.', p_retry_delay_seconds),
+              hint = 'Leave it out for the default exponential backoff.';
+    end if;
+    v_delay := make_interval(secs => p_retry_delay_seconds);
+  end if;
+
+  update pyjobq.job j
+     set status = case when v_dead_letter or j.attempts >= j.max_attempts then 4 else 1 end,
+         run_after = case when v_dead_letter or j.attempts >= j.max_attempts then j.run_after
+                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts)) end,
+         worker_id = case when v_dead_letter or j.attempts >= j.max_attempts then j.worker_id end,
+         lease_until = null,
+         last_error = left(p_error, 10000),
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.attempts = p_attempt
+  returning j.status::int, j.run_after into status, run_after;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  if p_retry_delay_seconds = 0 and status = 1 then
+    perform nextval('pyjobq.job_claim_epoch');  -- due at once: may sort before a claim front
+  end if;
+  return next;
+end;
+$$;
+
+comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean) is
+  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
+  'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
+  '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
+  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
+
+
+create or replace function pyjobq.job_redrive(
+  p_job_ids uuid[] default null,
+  p_job_type int default null,
+  p_limit int default null
+)
+returns table (job_id uuid)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_id uuid;
+  v_moved int := 0;
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  if p_job_ids is not null and cardinality(p_job_ids) > 100000 then
+    raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
+      using errcode = '22023';
+  end if;
+  -- One row at a time: a DEAD job whose dedupe key an active job holds now
+  -- (or another redriven job took first) stays DEAD instead of failing all.
+  for v_id in
+    select d.job_id
+      from pyjobq.job d
+     where d.status = 4
+       and (p_job_ids is null or d.job_id = any (p_job_ids))
+       and (p_job_type is null or d.job_type = p_job_type)
+     order by d.updated_at
+     limit v_limit
+       for update skip locked
+  loop
+    begin
+      update pyjobq.job j
+         set status = 1,
+             attempts = 0,
+             run_after = v_now,
+             worker_id = null,
+             result = null,
+             updated_at = v_now
+       where j.job_id = v_id
+         and j.status = 4;
+      job_id := v_id;
+      v_moved := v_moved + 1;
+      return next;
+    exception when unique_violation then
+      null;
+    end;
+  end loop;
+  if v_moved > 0 then
+    perform nextval('pyjobq.job_claim_epoch');  -- due now, with its old seq: may sort before a front
+    perform pg_notify('pyjobq_job', '');
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_redrive(uuid[], int, int) is
+  'Moves DEAD jobs back to PENDING, due now, with attempts reset to 0: the ids in p_job_ids, or else every '
+  'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
+
+
+create or replace function pyjobq.job_prune(p_older_than interval, p_limit int default null)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 10000);
+  v_deleted bigint;
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
+    raise exception 'p_older_than must be an interval between 0 and 100 years'
+      using errcode = case when p_older_than is null then '22004' else '22023' end,
+            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
+            hint = 'e.g. ''7 days''.';
+  end if;
+  with doomed as (
+    select d.job_id
+      from pyjobq.job d
+     where d.status in (3, 4)
+       and d.updated_at < v_now - p_older_than
+     limit v_limit
+       for update skip locked
+  )
+  delete from pyjobq.job j
+   using doomed d
+   where j.job_id = d.job_id;
+  get diagnostics v_deleted = row_count;
+  return v_deleted;
+end;
+$$;
+
+comment on function pyjobq.job_prune(interval, int) is
+  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than '
+  '(0 to 100 years) ago, '
+  'and returns how many it deleted; call it again until it returns less than p_limit.';
+
+
+revoke all on function pyjobq._check_array(text, anyarray) from public;

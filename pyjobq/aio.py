@@ -10,6 +10,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import statements as sql
@@ -122,7 +123,7 @@ class AsyncJobQueue:
         worker_id: str,
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
-        results: Sequence[Payload | None] | None = None,
+        results: Sequence[Payload | Jsonb | None] | None = None,
     ) -> list[Completion]:
         """``job_complete_many``: complete up to 10000 held jobs in one round trip."""
         params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))

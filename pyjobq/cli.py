@@ -106,14 +106,36 @@ def parse_duration(text: str) -> timedelta:
 
 
 def resolve_type(q: JobQueue, value: str) -> int:
-    """A job type given as its code or its registered name."""
+    """A job type given as its code or its registered name: the name as registered, else
+    the one name that matches it ignoring case."""
     if value.lstrip("-").isdigit():
         return int(value)
-    for t in q.types():
-        if t.name.lower() == value.lower():
-            return t.job_type
-    known = ", ".join(f"{t.job_type}={t.name}" for t in q.types())
+    types = q.types()
+    exact = [t.job_type for t in types if t.name == value]
+    folded = [t.job_type for t in types if t.name.lower() == value.lower()]
+    if exact or len(folded) == 1:
+        return (exact or folded)[0]
+    known = ", ".join(f"{t.job_type}={t.name}" for t in types)
     fail(f"no job type is named {value!r} (registered: {known})", 2)
+
+
+def resolve_handlers(q: JobQueue, table: Mapping[Any, Any]) -> dict[int, Any]:
+    """The handler table keyed by job type code: each key a registered code or name, each
+    value callable. Fails with one line on stderr (exit 2) on the first problem."""
+    registered = {t.job_type for t in q.types()}
+    resolved: dict[int, Any] = {}
+    for key, handler in table.items():
+        if isinstance(key, bool) or not isinstance(key, int | str):
+            fail(f"handler key {key!r} is neither a job type code nor a job type name", 2)
+        code = resolve_type(q, key) if isinstance(key, str) else int(key)
+        if code not in registered:
+            fail(f"job type {key!r} is not registered (pyjobq types register CODE NAME)", 2)
+        if not callable(handler):
+            fail(f"the handler for job type {key!r} is not callable: {handler!r}", 2)
+        if code in resolved:
+            fail(f"job type {code} has two handlers", 2)
+        resolved[code] = handler
+    return resolved
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -208,20 +230,23 @@ def read_json_lines(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[st
     return payloads, (keys if any(k is not None for k in keys) else None)
 
 
-def load_handlers(path: str) -> Mapping[int, Any]:
+def load_handlers(path: str) -> Mapping[Any, Any]:
+    """Import ``module:attribute``: a mapping of job type to handler, or a function returning
+    one. Whatever goes wrong (the module fails to import or raises, the attribute is missing
+    or of the wrong kind) is one line on stderr and exit 2."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise click.BadParameter(f"{path!r} is not of the form module:attribute")
+        fail(f"{path!r} is not of the form module:attribute", 2)
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise click.BadParameter(f"cannot import {module_name}: {e}") from None
-    handlers = getattr(module, attribute, None)
-    if callable(handlers) and not isinstance(handlers, Mapping):
-        handlers = handlers()
+        handlers = getattr(module, attribute, None)
+        if callable(handlers) and not isinstance(handlers, Mapping):
+            handlers = handlers()
+    except Exception as e:  # the user's module: anything it raises is a startup error
+        fail(f"cannot load {path}: {type(e).__name__}: {e}", 2)
     if not isinstance(handlers, Mapping) or not handlers:
-        raise click.BadParameter(f"{path} is not a non-empty mapping of job type to handler")
+        fail(f"{path} is not a non-empty mapping of job type to handler", 2)
     return handlers
 
 
@@ -235,7 +260,9 @@ def load_handlers(path: str) -> Mapping[int, Any]:
     help="claimed jobs waiting for a free slot (default: follows job duration)",
 )
 @click.option(
-    "--types", "only", help="comma-separated job type codes to take (default: all handled)"
+    "--types",
+    "only",
+    help="comma-separated job type codes or names to take (default: all handled)",
 )
 @click.option(
     "--lease", default=60, show_default=True, type=click.IntRange(1, 86400), help="seconds"
@@ -257,7 +284,12 @@ def load_handlers(path: str) -> Mapping[int, Any]:
     help="no server-side prepared statements (PgBouncer < 1.21 in transaction mode)",
 )
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="write final metrics as JSON")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+)
 def worker(
     dsn: str | None,
     handlers: str,
@@ -290,16 +322,14 @@ def worker(
         )
     )
     logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
-    table = dict(load_handlers(handlers))
-    if only:
-        try:
-            wanted = {int(t) for t in only.split(",")}
-        except ValueError:
-            raise click.BadParameter("--types takes comma-separated integer codes") from None
-        missing = wanted - set(table)
-        if missing:
-            raise click.BadParameter(f"no handler for job types {sorted(missing)}")
-        table = {t: h for t, h in table.items() if t in wanted}
+    loaded = load_handlers(handlers)
+    with queue(dsn) as q:
+        table = resolve_handlers(q, loaded)
+        wanted = {resolve_type(q, t.strip()) for t in only.split(",")} if only else set(table)
+    missing = wanted - set(table)
+    if missing:
+        fail(f"--types: no handler for job types {sorted(missing)}", 2)
+    table = {t: h for t, h in table.items() if t in wanted}
     w = Worker(
         resolve_dsn(dsn),
         table,
@@ -323,6 +353,8 @@ def worker(
         # Handler threads still running: do not wait for them, their leases will expire.
         logging.shutdown()
         os._exit(EXIT_ERROR)
+    if w.crashed is not None:
+        fail(f"the worker stopped on an internal error: {w.crashed!r} (see the log above)")
 
 
 def counts_table(rows: Sequence[CountRow]) -> str:

@@ -31,12 +31,13 @@ T = TypeVar("T")
 Payload = Mapping[str, Any]
 
 
-def jsonb(value: Payload | None) -> Jsonb | None:
-    """Wrap a JSON object for a ``jsonb`` parameter; ``None`` stays SQL null."""
-    return None if value is None else Jsonb(value)
+def jsonb(value: Payload | Jsonb | None) -> Jsonb | None:
+    """Wrap a JSON object for a ``jsonb`` parameter; ``None`` stays SQL null, and a value
+    already wrapped (e.g. by :func:`pyjobq.storable.encode_result`) is sent as it is."""
+    return value if value is None or isinstance(value, Jsonb) else Jsonb(value)
 
 
-def jsonb_array(values: Sequence[Payload | None] | None) -> list[Jsonb | None] | None:
+def jsonb_array(values: Sequence[Payload | Jsonb | None] | None) -> list[Jsonb | None] | None:
     """Wrap JSON objects for a ``jsonb[]`` parameter; ``None`` stays SQL null."""
     return None if values is None else [jsonb(v) for v in values]
 
@@ -164,11 +165,12 @@ class JobQueue:
         worker_id: str,
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
-        results: Sequence[Payload | None] | None = None,
+        results: Sequence[Payload | Jsonb | None] | None = None,
     ) -> list[Completion]:
         """``job_complete_many``: complete up to 10000 held jobs in one round trip.
 
-        Jobs no longer held are left alone and reported with ``completed=False``.
+        Jobs no longer held are left alone and reported with ``completed=False``; an
+        attempt this holder already completed (a retry after a lost reply) with ``True``.
         """
         params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
         return self._rows(Completion, sql.COMPLETE_MANY, params)

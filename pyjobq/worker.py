@@ -19,8 +19,21 @@ plain functions run in a thread pool of ``concurrency`` threads. Around them:
 * the listener LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
 * the reaper calls ``job_reap`` every ``reap_interval`` seconds, with jitter.
 
-Every statement goes through one wrapper that counts round trips and turns a
-lost connection into a logged retry with backoff.
+Every statement goes through one wrapper that counts round trips. No job and no
+database error stops the worker, only :meth:`Worker.stop` (or a signal) does:
+
+* whatever a handler returns or raises decides the outcome of its own job only.
+  Its result is encoded as soon as it returns (:mod:`pyjobq.storable`); one that
+  cannot be stored fails the attempt for good (DEAD) with the reason as its
+  error, and error text is made storable rather than refused;
+* a lost connection, a lock wait past ``lock_timeout`` (55P03), a serialization
+  failure, a deadlock, a cancelled statement, an administrator's shutdown or a
+  full server (the ``OperationalError`` family) are retried with capped,
+  jittered backoff while the heartbeat keeps the leases;
+* a batch of completions that PostgreSQL refuses as data (class 22 or 54) is
+  sent again one job at a time, so that only the job at fault fails;
+* any other error (a privilege revoked, a function missing) is logged and the
+  call retried with backoff: it is not a job's fault, so no job is failed for it.
 """
 
 from __future__ import annotations
@@ -43,13 +56,15 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pyjobq.aio import AsyncJobQueue
-from pyjobq.errors import JobStateError, LeaseLost
+from pyjobq.errors import InvalidArgument, JobStateError, LeaseLost, LockTimeout, PyjobqError
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
 from pyjobq.queue import Payload
 from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
+from pyjobq.storable import UnstorableResult, encode_result, storable_text
 
 T = TypeVar("T")
 
@@ -71,12 +86,19 @@ DURATION_EWMA_WEIGHT = 0.05
 # job_complete_many calls in flight at once: one can run while the next batch fills.
 MAX_FLUSHES = 2
 
-# Errors that mean "the database is not reachable right now": retry with backoff.
-CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+# Errors that mean "the database cannot do this right now": retry with backoff. The
+# OperationalError family covers lost connections, 40001/40P01, 57014, 57P01 and 53300;
+# LockTimeout is 55P03 as the binding reports it.
+RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
     psycopg.OperationalError,
     psycopg.InterfaceError,
     PoolTimeout,
+    LockTimeout,
 )
+# Errors about the data a call carried (class 22 or 54): the fault of one job, not the worker's.
+DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError, InvalidArgument)
+# Everything else a database call can raise.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (psycopg.Error, PyjobqError)
 
 log = logging.getLogger("pyjobq.worker")
 
@@ -104,7 +126,7 @@ def make_worker_id() -> str:
 
 def error_text(error: BaseException) -> str:
     """The exception and the last frames of its traceback, as kept in ``last_error``."""
-    return "".join(traceback.format_exception(error, limit=-5)).strip()
+    return storable_text("".join(traceback.format_exception(error, limit=-5)).strip())
 
 
 @dataclass(eq=False)
@@ -115,7 +137,7 @@ class _Held:
     claimed_at: float
     renewed_at: float
     lost: bool = False
-    result: Payload | None = None
+    result: Jsonb | None = None
     task: asyncio.Future[Any] | None = field(default=None, repr=False)
 
 
@@ -196,6 +218,8 @@ class Worker:
         # Set once the worker is connected and claiming (tests and supervisors wait on it).
         self.ready = asyncio.Event()
         self.abandoned = 0
+        # Set when an internal task failed and stopped the worker (the CLI then exits 1).
+        self.crashed: BaseException | None = None
         self._buffer: deque[_Held] = deque()
         self._running: set[_Held] = set()
         self._done: list[_Held] = []
@@ -379,7 +403,7 @@ class Worker:
         self.metrics.round_trips += 1
         try:
             return await operation
-        except CONNECTION_ERRORS:
+        except RETRYABLE_ERRORS:
             self.metrics.db_errors += 1
             raise
 
@@ -434,7 +458,7 @@ class Worker:
                 jobs = await self._call(
                     self.queue.claim(self.worker_id, want, self.lease_seconds, self.job_types)
                 )
-            except CONNECTION_ERRORS as e:
+            except DATABASE_ERRORS as e:
                 failures += 1
                 await self._backoff(failures, "claim", e)
                 continue
@@ -465,7 +489,7 @@ class Worker:
                     break
                 except JobStateError:
                     break  # reaped meanwhile: nothing to give back
-                except CONNECTION_ERRORS as e:
+                except DATABASE_ERRORS as e:
                     if self._hard_stop.is_set():
                         return
                     await self._backoff(failures, "release", e)
@@ -539,13 +563,17 @@ class Worker:
             timeout = TimeoutError(f"handler did not finish within {self.job_timeout}s")
             timeout.__cause__ = e
             await self._fail(held, timeout, None, False)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us
             await self._fail(held, e, None, False)
         else:
             if held.lost:
                 self._lost(held)
                 return
-            held.result = result
+            try:
+                held.result = encode_result(result)
+            except UnstorableResult as e:
+                await self._fail(held, e, None, True)
+                return
             self._done.append(held)
             self._have_done.set()
             if len(self._done) >= self._flush_at:
@@ -576,7 +604,14 @@ class Worker:
             except JobStateError as e:
                 log.error("job could not be failed: %s", e, extra=self._extra(job))
                 return
-            except CONNECTION_ERRORS as e:
+            except DATA_ERRORS as e:
+                if delay is None:  # the text is made storable: nothing else is the job's
+                    log.error("job could not be failed: %s", e, extra=self._extra(job))
+                    return
+                # Retry(delay) out of job_fail's range: keep the queue's backoff instead.
+                text = storable_text(f"{text}\n(retry delay {delay!r} refused: {e})")
+                delay = None
+            except DATABASE_ERRORS as e:
                 failures += 1
                 if self._hard_stop.is_set():
                     return
@@ -630,21 +665,37 @@ class Worker:
                 task.cancel()
 
     async def _flush(self, batch: list[_Held]) -> None:
-        """Complete one batch, retrying with backoff while the database is unreachable."""
-        failures = 0
+        """Complete one batch; if PostgreSQL refuses its data, each of its jobs on its own."""
         try:
-            while True:
-                try:
-                    await self._complete(batch)
-                    return
-                except CONNECTION_ERRORS as e:
-                    failures += 1
-                    await self._backoff(failures, "complete_many", e)
-                    if self._hard_stop.is_set():
-                        return
+            await self._complete_retrying(batch)
+        except DATA_ERRORS:
+            # Refused as data: send each job alone, so that only the one at fault fails.
+            for held in batch:
+                await self._complete_alone(held)
         finally:
             self._flushing.difference_update(batch)
             self._room.set()
+
+    async def _complete_alone(self, held: _Held) -> None:
+        try:
+            await self._complete_retrying([held])
+        except DATA_ERRORS as e:
+            await self._fail(held, UnstorableResult(f"result refused: {e}"), None, True)
+
+    async def _complete_retrying(self, batch: list[_Held]) -> None:
+        """Complete a batch, retrying with backoff on any error but one about its data."""
+        failures = 0
+        while True:
+            try:
+                await self._complete(batch)
+                return
+            except DATA_ERRORS:
+                raise
+            except DATABASE_ERRORS as e:
+                failures += 1
+                await self._backoff(failures, "complete_many", e)
+                if self._hard_stop.is_set():
+                    return
 
     async def _complete(self, batch: list[_Held]) -> None:
         rows = await self._call(
@@ -700,7 +751,7 @@ class Worker:
         except JobStateError as e:
             held.lost = True
             log.warning("lease not renewed: %s", e, extra=self._extra(job))
-        except CONNECTION_ERRORS as e:
+        except DATABASE_ERRORS as e:
             log.warning("renew_lease failed: %s", e, extra=self._extra(job))
 
     async def _reaper(self) -> None:
@@ -708,7 +759,7 @@ class Worker:
             await asyncio.sleep(self.reap_interval * random.uniform(0.5, 1.5))
             try:
                 reaped = await self._call(self.queue.reap())
-            except CONNECTION_ERRORS as e:
+            except DATABASE_ERRORS as e:
                 log.warning("reap failed: %s", e, extra=self._extra())
                 continue
             if reaped:
@@ -737,7 +788,7 @@ class Worker:
                         async for notify in conn.notifies(timeout=1.0):
                             if self._wanted(notify.payload):
                                 self._notified.set()
-            except CONNECTION_ERRORS as e:
+            except DATABASE_ERRORS as e:
                 failures += 1
                 await self._backoff(failures, "listen", e)
 
@@ -756,6 +807,8 @@ class Worker:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
+            # A defect of the worker itself, never a job's or the database's doing.
+            self.crashed = task.exception()
             log.error(
                 "worker task crashed: stopping",
                 exc_info=task.exception(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,14 +17,14 @@ Conn = psycopg.Connection[Any]
 
 
 def pyjobq(
-    *args: str, stdin: str | None = None, dsn: str | None = None
+    *args: str, stdin: str | None = None, dsn: str | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYJOBQ_DSN", "DATABASE_URL")}
     if dsn is not None:
         env["PYJOBQ_DSN"] = dsn
     return subprocess.run(
         [sys.executable, "-m", "pyjobq", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         input=stdin,
         capture_output=True,
@@ -129,6 +130,66 @@ def test_worker_command_runs_jobs_and_stops_on_sigterm(dsn: str, conn: Conn) -> 
         proc.kill()
     assert proc.returncode == 0, err
     assert "draining" in err
+
+
+BAD_HANDLERS = [
+    ("def broken(:\n", "SyntaxError"),
+    ("raise RuntimeError('no configuration')\n", "RuntimeError: no configuration"),
+    ("import no_such_module_here\n", "ModuleNotFoundError"),
+    ("HANDLERS = {1: 42}\n", "not callable"),
+    ("HANDLERS = {999: print}\n", "not registered"),
+    ("HANDLERS = {'NO_SUCH_TYPE': print}\n", "no job type is named"),
+    ("HANDLERS = {1.5: print}\n", "neither a job type code nor a job type name"),
+    ("HANDLERS = [print]\n", "not a non-empty mapping"),
+    ("def HANDLERS():\n    raise KeyError('setting')\n", "KeyError"),
+]
+
+
+@pytest.mark.parametrize(("module", "says"), BAD_HANDLERS)
+def test_worker_refuses_bad_handlers_in_one_line_before_claiming(
+    dsn: str, conn: Conn, tmp_path: Path, module: str, says: str
+) -> None:
+    conn.execute("select pyjobq.job_enqueue(1, '{}')")
+    (tmp_path / "handlers_under_test.py").write_text(module)
+    result = pyjobq("worker", "handlers_under_test:HANDLERS", dsn=dsn, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert statuses(conn) == {1: 1}  # nothing was claimed
+
+
+def test_worker_refuses_an_unknown_log_level(dsn: str) -> None:
+    result = pyjobq("worker", "tests.worker_handlers:HANDLERS", "--log-level", "verbose", dsn=dsn)
+    assert result.returncode == 2
+    assert "--log-level" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_worker_takes_handlers_and_types_by_registered_name(
+    dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    prepare(conn)
+    conn.execute("select pyjobq.job_enqueue(1, '{}'), pyjobq.job_enqueue(2, '{}')")
+    (tmp_path / "named.py").write_text(
+        "from tests.worker_handlers import record\n"
+        "HANDLERS = {'SEARCH': record, 'outbox': record}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyjobq", "worker", "named:HANDLERS", "--types", "SEARCH"],
+        cwd=tmp_path,
+        env={**os.environ, "PYJOBQ_DSN": dsn, "PYJOBQ_TEST_DSN": dsn, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: statuses(conn) == {1: 1, 3: 1}, "the SEARCH job DONE")
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    done = conn.execute("select job_type from pyjobq.job where status = 3").fetchall()
+    assert done == [(1,)]
 
 
 def test_help_everywhere() -> None:

@@ -1,0 +1,220 @@
+"""A worker never dies of a job: poison results, poison errors, locked rows, refused calls.
+
+Each test runs a real Worker beside well-behaved jobs and checks that every other job is
+DONE exactly once, the poison job ends as documented, and the worker stops only when asked.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from pyjobq import ClaimedJob, JobQueue, JobType
+from pyjobq.storable import MAX_RESULT_BYTES
+from pyjobq.worker import Retry, Worker
+from tests.workerhelp import prepare, running, statuses, wait_for
+
+Conn = psycopg.Connection[Any]
+
+GOOD = 30
+
+
+@pytest.fixture
+def db(conn: Conn) -> Conn:
+    prepare(conn)
+    return conn
+
+
+POISON_RESULTS: dict[str, tuple[Any, str]] = {
+    "datetime": ({"when": datetime(2026, 1, 1)}, "not JSON"),
+    "nan": ({"v": math.nan}, "not JSON"),
+    "infinity": ({"v": -math.inf}, "not JSON"),
+    "nul": ({"s": "a\x00b"}, "NUL"),
+    "surrogate": ({"s": "\ud800"}, "not valid Unicode"),
+    "too_big": ({"s": "x" * MAX_RESULT_BYTES}, "more than"),
+    "object": (object(), "not JSON"),
+}
+
+
+def handler_returning(poison: Any) -> Any:
+    def handler(job: ClaimedJob) -> Any:
+        return poison if job.payload.get("poison") else {"n": job.payload["n"]}
+
+    return handler
+
+
+def enqueue_with_poison(db: Conn, poison_payload: dict[str, Any], max_attempts: int = 1) -> Any:
+    q = JobQueue(db)
+    q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
+    return q.enqueue(JobType.SEARCH, poison_payload, max_attempts=max_attempts).job_id
+
+
+def assert_good_jobs_done_once(db: Conn, poison: Any) -> None:
+    rows = db.execute(
+        "select status, attempts, result->'n' = payload->'n' from pyjobq.job where job_id <> %s",
+        (poison,),
+    ).fetchall()
+    assert rows == [(3, 1, True)] * GOOD
+
+
+@pytest.mark.parametrize("case", sorted(POISON_RESULTS))
+def test_a_result_that_cannot_be_stored_fails_its_own_job_only(
+    dsn: str, db: Conn, case: str
+) -> None:
+    value, reason = POISON_RESULTS[case]
+    # Five attempts left, yet the attempt is DEAD: the same handler would return the same.
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True}, max_attempts=5)
+    worker = Worker(dsn, {JobType.SEARCH: handler_returning(value)}, concurrency=4)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
+        metrics = r.stop()  # it stopped because it was asked to, and returns its metrics
+    assert_good_jobs_done_once(db, poison)
+    status, attempts, last_error = db.execute(
+        "select status, attempts, last_error from pyjobq.job where job_id = %s", (poison,)
+    ).fetchone()
+    assert (status, attempts) == (4, 1)
+    assert "UnstorableResult" in last_error
+    assert reason in last_error
+    assert (metrics.completed, metrics.dead) == (GOOD, 1)
+
+
+def test_error_text_that_cannot_be_stored_is_made_storable(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            raise ValueError("bad\x00byte \ud800 " + "y" * 50_000)
+        return {"n": job.payload["n"]}
+
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True})
+    with running(Worker(dsn, {JobType.SEARCH: handler}, concurrency=4)) as r:
+        wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
+        r.stop()
+    assert_good_jobs_done_once(db, poison)
+    (last_error,) = db.execute(
+        "select last_error from pyjobq.job where job_id = %s", (poison,)
+    ).fetchone()
+    assert "bad\ufffdbyte ?" in last_error
+    assert len(last_error) <= 10_000
+    assert "characters cut" in last_error
+
+
+def test_a_handler_calling_sys_exit_fails_its_job_only(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            sys.exit(3)
+        return {"n": job.payload["n"]}
+
+    async def async_handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            sys.exit(4)
+        return {"n": job.payload["n"]}
+
+    q = JobQueue(db)
+    q.enqueue_many(JobType.OUTBOX, [{"n": i} for i in range(GOOD)])
+    q.enqueue(JobType.OUTBOX, {"n": -1, "poison": True}, max_attempts=1)
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True})
+    handlers = {JobType.SEARCH: handler, JobType.OUTBOX: async_handler}
+    with running(Worker(dsn, handlers, concurrency=4)) as r:
+        wait_for(lambda: statuses(db) == {3: 2 * GOOD, 4: 2}, "the good jobs DONE, both DEAD")
+        r.stop()
+    errors = [e for (e,) in db.execute("select last_error from pyjobq.job where status = 4")]
+    assert sorted("SystemExit: 3" in e or "SystemExit: 4" in e for e in errors) == [True, True]
+    assert db.execute(
+        "select count(*) from pyjobq.job where job_type = 1 and status = 3 and job_id <> %s",
+        (poison,),
+    ).fetchone() == (GOOD,)
+
+
+def test_a_retry_delay_out_of_range_keeps_the_default_backoff(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            raise Retry(-5)
+        return {"n": job.payload["n"]}
+
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True}, max_attempts=3)
+    with running(Worker(dsn, {JobType.SEARCH: handler}, concurrency=4)) as r:
+        wait_for(
+            lambda: (
+                statuses(db) == {3: GOOD, 1: 1}
+                and db.execute(
+                    "select attempts from pyjobq.job where job_id = %s", (poison,)
+                ).fetchone()
+                == (1,)
+            ),
+            "the good jobs DONE, the poison PENDING after its first attempt",
+        )
+        r.stop()
+    assert_good_jobs_done_once(db, poison)
+    (last_error, backoff) = db.execute(
+        "select last_error, run_after > updated_at from pyjobq.job where job_id = %s", (poison,)
+    ).fetchone()
+    assert "retry delay -5 refused" in last_error
+    assert backoff
+
+
+@pytest.mark.slow
+def test_rows_locked_past_the_lock_timeout_delay_completions_but_lose_nothing(
+    dsn: str, db: Conn, make_conn: Any
+) -> None:
+    release = threading.Event()
+
+    def handler(job: ClaimedJob) -> Any:
+        release.wait(60)
+        return {"n": job.payload["n"]}
+
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=8, lease_seconds=60)
+    locker = make_conn()
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {2: 8}, "all eight jobs RUNNING")
+        with locker.transaction():
+            # An idle transaction holds the running jobs' rows: completing them must wait
+            # past job_complete_many's lock_timeout (5 s) and get 55P03.
+            locker.execute("select 1 from pyjobq.job where status = 2 for update")
+            release.set()
+            wait_for(lambda: worker.metrics.db_errors >= 1, "a completion to time out", 30)
+        wait_for(lambda: statuses(db) == {3: 8}, "every job DONE once the lock is gone")
+        metrics = r.stop()
+    assert metrics.completed == 8
+    assert metrics.lease_lost == 0
+    assert db.execute("select count(*) from pyjobq.job where attempts = 1").fetchone() == (8,)
+
+
+def test_a_refused_call_is_retried_and_fails_no_job(dsn: str, db: Conn) -> None:
+    # Not a job's fault: the worker's role loses the right to complete. Nothing is failed for
+    # it; the completions wait, the worker keeps running, and they go through once it is back.
+    role = f"poison_{db.info.dbname}"
+    db.execute(f'create role "{role}" login in role pyjobq_worker')
+    try:
+        worker_dsn = psycopg.conninfo.make_conninfo(dsn, user=role)
+        JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
+        worker = Worker(worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4)
+        db.execute(
+            "revoke execute on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[])"
+            " from pyjobq_worker"
+        )
+        try:
+            with running(worker) as r:
+                wait_for(lambda: worker.metrics.started >= 4, "jobs to run")
+                wait_for(lambda: statuses(db).get(2, 0) >= 4, "finished jobs held RUNNING")
+                db.execute(
+                    "grant execute on function"
+                    " pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) to pyjobq_worker"
+                )
+                wait_for(lambda: statuses(db) == {3: GOOD}, "every job DONE after the grant")
+                metrics = r.stop()
+        finally:
+            db.execute(
+                "grant execute on function"
+                " pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) to pyjobq_worker"
+            )
+        assert metrics.completed == GOOD
+        assert metrics.failed == 0
+    finally:
+        db.execute(f'drop owned by "{role}"')
+        db.execute(f'drop role "{role}"')

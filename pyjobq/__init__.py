@@ -9,6 +9,7 @@ from pyjobq.errors import (
     LeaseLost,
     LockTimeout,
     PyjobqError,
+    SchemaTooNew,
 )
 from pyjobq.migrate import SCHEMA_VERSION, migrate
 from pyjobq.queue import JobQueue
@@ -46,5 +47,6 @@ __all__ = [
     "PyjobqError",
     "ReapedJob",
     "RegisteredType",
+    "SchemaTooNew",
     "migrate",
 ]

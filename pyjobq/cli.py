@@ -19,6 +19,7 @@ import click
 import psycopg
 
 from pyjobq.errors import PyjobqError
+from pyjobq.migrate import check_schema_version
 from pyjobq.queue import JobQueue
 from pyjobq.rows import CountRow
 
@@ -71,9 +72,14 @@ def reporting() -> Iterator[None]:
 
 @contextmanager
 def queue(dsn: str | None) -> Iterator[JobQueue]:
-    """A JobQueue on one autocommit connection to the resolved DSN."""
+    """A JobQueue on one autocommit connection to the resolved DSN, once its schema version
+    is known to suit this package (newer: refused; older: a warning)."""
     with reporting(), psycopg.connect(resolve_dsn(dsn), autocommit=True, connect_timeout=10) as c:
-        yield JobQueue(c)
+        q = JobQueue(c)
+        warning = check_schema_version(q.schema_version())
+        if warning:
+            click.secho(f"pyjobq: warning: {warning}", err=True, fg="yellow")
+        yield q
 
 
 def dsn_option(f: F) -> F:

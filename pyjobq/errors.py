@@ -36,6 +36,14 @@ class LockTimeout(PyjobqError):
     """
 
 
+class SchemaTooNew(PyjobqError):
+    """The database's pyjobq schema is newer than this package knows: upgrade the package.
+
+    Raised by the worker and the command line before they touch the queue, since an older
+    binding may not follow what the newer functions expect.
+    """
+
+
 class JobStateError(PyjobqError):
     """The job is not in a state that allows the transition (SQLSTATE class JQ)."""
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from urllib.parse import urlencode
 
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
+
+from pyjobq.errors import SchemaTooNew
 
 # The schema version this binding was written for: ``schema_version()`` after the last
 # shipped migration, and the number of migrations.
@@ -26,6 +28,30 @@ def migrations_dir() -> Path:
     if checkout.is_dir():
         return checkout
     raise RuntimeError(f"pyjobq migrations not found in {shipped} nor in {checkout}")
+
+
+def check_schema_version(version: int) -> str | None:
+    """Refuse a database schema newer than :data:`SCHEMA_VERSION` (:class:`SchemaTooNew`);
+    return a warning for an older one, ``None`` when they match."""
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"the database has pyjobq schema {version}, newer than the {SCHEMA_VERSION} "
+            f"this pyjobq {_package_version()} knows",
+            hint="Upgrade the pyjobq package of this process before running it.",
+        )
+    if version < SCHEMA_VERSION:
+        return (
+            f"the database has pyjobq schema {version}, older than the {SCHEMA_VERSION} "
+            "this package was written for: run `pyjobq migrate`"
+        )
+    return None
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("pyjobq")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def shipped_migrations() -> list[str]:

@@ -1,7 +1,10 @@
 """The SQL each binding method runs: one statement per method, with explicit casts.
 
 The casts make every call resolve to the one signature of each function, and a
-``None`` parameter is SQL null, which the functions read as "the default".
+``None`` parameter is SQL null, which the functions read as "the default". Result
+columns are named, never ``*``: a column a later schema adds to a function's result
+must not break a deployed binding (tests/test_binding.py checks each list against the
+fields of its row class).
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ ENQUEUE_MANY: LiteralString = (
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
     " %s::text[], %s::int, %s::timestamptz, %s::int) order by ord"
 )
-CLAIM: LiteralString = "select * from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
+CLAIM: LiteralString = (
+    "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
+    " run_after, lease_until, created_at"
+    " from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
+)
 COMPLETE: LiteralString = "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb)"
 COMPLETE_MANY: LiteralString = (
     "select job_id, completed from pyjobq.job_complete_many("
@@ -32,10 +39,17 @@ FAIL: LiteralString = (
 )
 RENEW_LEASE: LiteralString = "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int)"
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int)"
-REAP: LiteralString = "select * from pyjobq.job_reap(%s::int)"
-COUNTS: LiteralString = "select * from pyjobq.job_counts()"
+REAP: LiteralString = (
+    "select job_id, job_type, status, worker_id, attempt, run_after from pyjobq.job_reap(%s::int)"
+)
+COUNTS: LiteralString = (
+    "select job_type, job_type_name, status, status_name, jobs, oldest_due_seconds,"
+    " expired_leases from pyjobq.job_counts()"
+)
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
-TYPE_REGISTER: LiteralString = "select * from pyjobq.job_type_register(%s::int, %s::text)"
-TYPES: LiteralString = "select * from pyjobq.job_types()"
+TYPE_REGISTER: LiteralString = (
+    "select job_type, name, created from pyjobq.job_type_register(%s::int, %s::text)"
+)
+TYPES: LiteralString = "select job_type, name from pyjobq.job_types()"
 SCHEMA_VERSION: LiteralString = "select pyjobq.schema_version()"

@@ -62,6 +62,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from pyjobq.aio import AsyncJobQueue
 from pyjobq.errors import InvalidArgument, JobStateError, LeaseLost, LockTimeout, PyjobqError
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
+from pyjobq.migrate import check_schema_version
 from pyjobq.queue import Payload
 from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
 from pyjobq.storable import UnstorableResult, encode_result, storable_text
@@ -324,10 +325,13 @@ class Worker:
         return self.metrics
 
     async def _probe(self) -> None:
-        """Fail fast, with the real error, when the database is unreachable or not migrated."""
+        """Fail fast, with the real error, when the database is unreachable, not migrated or
+        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`)."""
         conninfo, kwargs = self._conninfo()
         async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
-            await AsyncJobQueue(conn).schema_version()
+            warning = check_schema_version(await AsyncJobQueue(conn).schema_version())
+        if warning:
+            log.warning(warning, extra=self._extra())
 
     async def _drain(
         self, tasks: dict[str, asyncio.Task[None]], runners: list[asyncio.Task[None]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -13,6 +15,10 @@ from psycopg_pool import ConnectionPool
 import pyjobq
 from pyjobq import (
     ClaimedJob,
+    Completion,
+    CountRow,
+    Enqueued,
+    FailOutcome,
     InvalidArgument,
     JobAlreadyFinished,
     JobNotFound,
@@ -21,8 +27,10 @@ from pyjobq import (
     JobType,
     JobTypeConflict,
     LeaseLost,
+    statements,
 )
 from pyjobq.migrate import shipped_migrations
+from pyjobq.rows import JobTypeInfo, ReapedJob, RegisteredType
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -157,3 +165,27 @@ def test_a_pool_commits_each_call(dsn: str, conn: Conn) -> None:
     assert conn.execute(
         "select status from pyjobq.job where job_id = %s", (job_id,)
     ).fetchone() == (JobStatus.DONE,)
+
+
+ROW_STATEMENTS = [
+    ("ENQUEUE", Enqueued),
+    ("ENQUEUE_MANY", Enqueued),
+    ("CLAIM", ClaimedJob),
+    ("COMPLETE_MANY", Completion),
+    ("FAIL", FailOutcome),
+    ("REAP", ReapedJob),
+    ("COUNTS", CountRow),
+    ("TYPE_REGISTER", RegisteredType),
+    ("TYPES", JobTypeInfo),
+]
+
+
+@pytest.mark.parametrize(("name", "row"), ROW_STATEMENTS)
+def test_each_statement_names_exactly_the_fields_of_its_row(name: str, row: type) -> None:
+    statement = getattr(statements, name)
+    columns = re.match(r"select (.*?) from pyjobq\.", statement, re.DOTALL)
+    assert columns is not None, statement
+    assert [c.strip() for c in columns.group(1).split(",")] == [
+        f.name for f in dataclasses.fields(row)
+    ]
+    assert "*" not in statement

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pyjobq import SCHEMA_VERSION
 from tests.workerhelp import ROOT, prepare, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -204,3 +205,29 @@ def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
     result = pyjobq("demo", "--jobs", "300", "--workers", "2", "--concurrency", "8")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo verified" in result.stdout
+
+
+def set_schema_version(conn: Conn, version: int) -> None:
+    conn.execute(
+        "create or replace function pyjobq.schema_version() returns int language sql immutable"
+        f" set search_path = pg_catalog, pyjobq, pg_temp as $$ select {version} $$"
+    )
+
+
+def test_a_database_newer_than_the_package_is_refused(dsn: str, conn: Conn) -> None:
+    conn.execute("select pyjobq.job_enqueue(1, '{}')")
+    set_schema_version(conn, SCHEMA_VERSION + 1)
+    for command in (["counts"], ["worker", "tests.worker_handlers:HANDLERS"]):
+        result = pyjobq(*command, dsn=dsn)
+        assert result.returncode == 1, result.stderr
+        assert f"schema {SCHEMA_VERSION + 1}, newer than the {SCHEMA_VERSION}" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert statuses(conn) == {1: 1}  # the worker claimed nothing
+
+
+def test_a_database_older_than_the_package_is_a_warning(dsn: str, conn: Conn) -> None:
+    set_schema_version(conn, SCHEMA_VERSION - 1)
+    result = pyjobq("counts", dsn=dsn)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr
+    assert "pyjobq migrate" in result.stderr

@@ -7,15 +7,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from yoyo import get_backend
+from yoyo import get_backend, read_migrations
 
+from pyjobq import SCHEMA_VERSION, JobQueue, LeaseLost
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate, migrations_dir, shipped_migrations, yoyo_url
+from tests.sqlhelp import FROZEN, freeze
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
 
@@ -183,3 +187,75 @@ def test_test_databases_come_fully_migrated(dsn: str) -> None:
     migrate(dsn)
 
     assert applied_counts(dsn) == dict.fromkeys(shipped_migrations(), 1)
+
+
+def jobs_in_every_state(dsn: str) -> dict[str, Any]:
+    """On the schema of the first step: one job in each state, and a lease that expired."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = JobQueue(conn)
+        freeze(conn, FROZEN)
+        ids = [r.job_id for r in q.enqueue_many(1, [{"n": n} for n in range(5)])]
+        held, done, dead, expired = q.claim("old-w1", 4, lease_seconds=60)
+        q.complete(done.job_id, "old-w1", done.attempt, {"ok": True})
+        q.fail(dead.job_id, "old-w1", dead.attempt, "broken", dead_letter=True)
+        conn.execute(
+            "update pyjobq.job set lease_until = %s where job_id = %s",
+            (FROZEN - timedelta(seconds=1), expired.job_id),
+        )
+    return {"pending": ids[4], "held": held, "done": done.job_id, "dead": dead.job_id,
+            "expired": expired.job_id}  # fmt: skip
+
+
+def assert_old_rows_work_on_the_new_schema(dsn: str, jobs: dict[str, Any]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q = JobQueue(conn)
+        freeze(conn, FROZEN)
+        assert q.schema_version() == SCHEMA_VERSION
+        held = jobs["held"]
+        # The lease taken before the upgrade still fences: only its holder may finish it.
+        with pytest.raises(LeaseLost):
+            q.complete(held.job_id, "new-w2", held.attempt)
+        q.complete(held.job_id, "old-w1", held.attempt, {"after": "upgrade"})
+        (reaped,) = q.reap()
+        assert (reaped.job_id, reaped.worker_id) == (jobs["expired"], "old-w1")
+        (claimed,) = q.claim("new-w2", 10)
+        assert (claimed.job_id, claimed.attempt) == (jobs["pending"], 1)
+        q.complete(claimed.job_id, "new-w2", claimed.attempt)
+        statuses = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    assert statuses == {
+        jobs["pending"]: 3,
+        held.job_id: 3,
+        jobs["done"]: 3,
+        jobs["dead"]: 4,
+        jobs["expired"]: 1,  # reaped: PENDING again after its backoff
+    }
+
+
+def test_psql_upgrade_keeps_old_jobs_working(
+    pg_server: LocalPostgres, new_database: Callable[[], str]
+) -> None:
+    # The README's path without yoyo: psql -1 -f each migration past the installed version.
+    target = new_database()
+    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1"]
+    first, *later = sorted(p for p in migrations_dir().glob("*.sql") if "rollback" not in p.name)
+    subprocess.run([*psql, "-f", str(first), target], capture_output=True, check=True)
+    jobs = jobs_in_every_state(target)
+    for step in later:
+        subprocess.run([*psql, "-f", str(step), target], capture_output=True, check=True)
+    assert_old_rows_work_on_the_new_schema(target, jobs)
+    canonical = new_database()
+    subprocess.run([*psql, "-f", str(CANONICAL_SQL), canonical], capture_output=True, check=True)
+    assert schema_dump(pg_server, target) == schema_dump(pg_server, canonical)
+
+
+def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
+    new_database: Callable[[], str],
+) -> None:
+    target = new_database()
+    migrations = read_migrations(str(migrations_dir()))
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations[:1]))
+    jobs = jobs_in_every_state(target)
+    migrate(target)
+    assert applied_counts(target) == dict.fromkeys(shipped_migrations(), 1)
+    assert_old_rows_work_on_the_new_schema(target, jobs)

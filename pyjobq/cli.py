@@ -296,6 +296,13 @@ def load_handlers(path: str) -> Mapping[Any, Any]:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text lines for people, one JSON object per line for machines",
+)
 def worker(
     dsn: str | None,
     handlers: str,
@@ -312,22 +319,17 @@ def worker(
     no_prepare: bool,
     metrics_file: str | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker for the handlers in HANDLERS (`module:attribute`, a dict of type -> function).
 
     SIGTERM or Ctrl-C drains: no new claims, prefetched jobs released, running jobs given
     --shutdown-timeout to finish. A second signal stops at once.
     """
+    from pyjobq import logs
     from pyjobq.worker import Worker
 
-    log_handler = logging.StreamHandler()
-    log_handler.setFormatter(
-        logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s [%(worker_id)s] %(message)s",
-            defaults={"worker_id": "-"},
-        )
-    )
-    logging.basicConfig(level=log_level.upper(), handlers=[log_handler])
+    logs.configure(log_level, log_format)
     loaded = load_handlers(handlers)
     with queue(dsn) as q:
         table = resolve_handlers(q, loaded)

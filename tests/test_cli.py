@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -231,3 +232,41 @@ def test_a_database_older_than_the_package_is_a_warning(dsn: str, conn: Conn) ->
     assert result.returncode == 0, result.stderr
     assert "warning" in result.stderr
     assert "pyjobq migrate" in result.stderr
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_worker_log_lines_name_the_job_and_its_error(
+    dsn: str, conn: Conn, tmp_path: Path, log_format: str
+) -> None:
+    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}', p_max_attempts => 1)")
+    job_id = job_id.fetchone()[0]
+    (tmp_path / "failing.py").write_text(
+        "def fail(job):\n    raise ValueError('no such index')\nHANDLERS = {'SEARCH': fail}\n"
+    )
+    command = ["worker", "failing:HANDLERS", "--log-format", log_format]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyjobq", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYJOBQ_DSN": dsn},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: statuses(conn) == {4: 1}, "the job DEAD")
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    failed = [line for line in err.splitlines() if "job failed" in line]
+    assert len(failed) == 1, err
+    if log_format == "json":
+        entries = [json.loads(line) for line in err.splitlines()]
+        (entry,) = [e for e in entries if e["message"].startswith("job failed")]
+        assert entry["job_id"] == str(job_id)
+        assert (entry["job_type"], entry["attempt"], entry["level"]) == (1, 1, "WARNING")
+        assert "no such index" in entry["error"]
+        assert all(e["worker_id"] == entry["worker_id"] for e in entries if "worker_id" in e)
+    else:
+        assert f"job_id={job_id} job_type=1 attempt=1" in failed[0]
+        assert 'error="no such index"' in failed[0]

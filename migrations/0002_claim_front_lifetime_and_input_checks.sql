@@ -14,6 +14,10 @@
 -- whitespace. job_complete_many counts a job its caller's attempt already
 -- completed as completed, so a call retried after a lost reply is safe.
 -- job_fail with a zero delay that ends DEAD no longer voids claim fronts.
+--
+-- The clock: only the schema owner's sessions may freeze it with
+-- pyjobq.fake_now (any other role gets 42501), and never at a time that is
+-- not finite (22023).
 
 create or replace function pyjobq.schema_version()
 returns int
@@ -23,6 +27,46 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select 2
 $$;
+
+create or replace function pyjobq.clock_now()
+returns timestamptz
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_fake text := nullif(current_setting('pyjobq.fake_now', true), '');
+  v_now timestamptz;
+begin
+  if v_fake is null then
+    return statement_timestamp();
+  end if;
+  -- The clock belongs to the owner of the schema. Any other role that could move
+  -- it would take live leases from their workers (reap in 2100), claim jobs due
+  -- next week, or make a lease that never ends ('infinity').
+  if not pg_has_role(session_user,
+                     (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                     'USAGE') then
+    raise exception 'only the owner of schema pyjobq may set pyjobq.fake_now'
+      using errcode = '42501',
+            detail = format('Role %s set pyjobq.fake_now to %s.', session_user, v_fake),
+            hint = 'RESET pyjobq.fake_now: the test clock is for the schema owner''s test sessions.';
+  end if;
+  v_now := v_fake::timestamptz;
+  if not isfinite(v_now) then
+    raise exception 'pyjobq.fake_now must be a finite time'
+      using errcode = '22023',
+            detail = format('pyjobq.fake_now was %s.', v_fake),
+            hint = 'Set a time such as ''2030-01-01 00:00:00+00'', or RESET pyjobq.fake_now.';
+  end if;
+  return v_now;
+end;
+$$;
+
+comment on function pyjobq.clock_now() is
+  'The one clock of pyjobq: statement_timestamp(), unless the session sets pyjobq.fake_now to freeze time '
+  '(tests); only roles with the privileges of the pyjobq schema''s owner may, any other gets 42501, and a '
+  'time that is not finite is 22023.';
 
 alter table pyjobq.job_type drop constraint job_type_name_not_blank;
 alter table pyjobq.job_type add constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '');

@@ -27,7 +27,8 @@
 -- until its holder finishes it or job_reap finds its lease expired.
 --
 -- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
--- which a session can freeze with `set pyjobq.fake_now = '...'` (tests).
+-- which a session of the schema's owner can freeze with
+-- `set pyjobq.fake_now = '...'` (tests); any other role that sets it gets 42501.
 --
 -- Waiting: claim, reap and prune skip rows other sessions hold locked. The
 -- functions that must wait for a row (an uncommitted duplicate's dedupe key, a
@@ -52,18 +53,43 @@ comment on schema pyjobq is 'pyjobq job queue: the tables are private, the funct
 
 create function pyjobq.clock_now()
 returns timestamptz
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select coalesce(
-    nullif(current_setting('pyjobq.fake_now', true), '')::timestamptz,
-    statement_timestamp()
-  )
+declare
+  v_fake text := nullif(current_setting('pyjobq.fake_now', true), '');
+  v_now timestamptz;
+begin
+  if v_fake is null then
+    return statement_timestamp();
+  end if;
+  -- The clock belongs to the owner of the schema. Any other role that could move
+  -- it would take live leases from their workers (reap in 2100), claim jobs due
+  -- next week, or make a lease that never ends ('infinity').
+  if not pg_has_role(session_user,
+                     (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                     'USAGE') then
+    raise exception 'only the owner of schema pyjobq may set pyjobq.fake_now'
+      using errcode = '42501',
+            detail = format('Role %s set pyjobq.fake_now to %s.', session_user, v_fake),
+            hint = 'RESET pyjobq.fake_now: the test clock is for the schema owner''s test sessions.';
+  end if;
+  v_now := v_fake::timestamptz;
+  if not isfinite(v_now) then
+    raise exception 'pyjobq.fake_now must be a finite time'
+      using errcode = '22023',
+            detail = format('pyjobq.fake_now was %s.', v_fake),
+            hint = 'Set a time such as ''2030-01-01 00:00:00+00'', or RESET pyjobq.fake_now.';
+  end if;
+  return v_now;
+end;
 $$;
 
 comment on function pyjobq.clock_now() is
-  'The one clock of pyjobq: statement_timestamp(), unless the session sets pyjobq.fake_now to freeze time (tests).';
+  'The one clock of pyjobq: statement_timestamp(), unless the session sets pyjobq.fake_now to freeze time '
+  '(tests); only roles with the privileges of the pyjobq schema''s owner may, any other gets 42501, and a '
+  'time that is not finite is 22023.';
 
 create function pyjobq.schema_version()
 returns int

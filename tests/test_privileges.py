@@ -9,6 +9,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 Conn = psycopg.Connection[Any]
 
@@ -141,3 +142,75 @@ def test_objects_planted_in_pg_temp_or_public_are_never_resolved(
     assert conn.execute(
         "select payload from pyjobq.job where job_id = %s", (job_id,)
     ).fetchone() == ({"x": 1},)
+
+
+@pytest.fixture
+def login_as(conn: Conn, dsn: str) -> Iterator[Any]:
+    """Open a session as a fresh LOGIN role that is a member of the given group roles."""
+    created: list[sql.Identifier] = []
+    sessions: list[Conn] = []
+
+    def login(*groups: str) -> Conn:
+        name = f"app_{uuid4().hex[:12]}"
+        created.append(sql.Identifier(name))
+        conn.execute(sql.SQL("create role {} login").format(created[-1]))
+        for group in groups:
+            conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(group), created[-1]))
+        session = psycopg.connect(make_conninfo(dsn, user=name), autocommit=True)
+        sessions.append(session)
+        return session
+
+    yield login
+    for session in sessions:
+        session.close()
+    for name in created:
+        conn.execute(sql.SQL("drop owned by {}").format(name))
+        conn.execute(sql.SQL("drop role {}").format(name))
+
+
+MOVED_CLOCK_CALLS = [
+    ("pyjobq_worker", "select * from pyjobq.job_reap()"),
+    ("pyjobq_worker", "select * from pyjobq.job_claim('w2', 10, 86400)"),
+    ("pyjobq_worker", "select pyjobq.job_renew_lease(%(held)s, 'w1', 1, 86400)"),
+    ("pyjobq_producer", "select * from pyjobq.job_enqueue(1, '{}')"),
+    ("pyjobq_admin", "select pyjobq.job_prune('0 seconds')"),
+    ("pyjobq_observer", "select * from pyjobq.job_counts()"),
+    ("pyjobq_observer", "select pyjobq.clock_now()"),
+]
+
+
+@pytest.mark.parametrize("fake_now", ["2100-01-01", "infinity", "2000-01-01"])
+@pytest.mark.parametrize(("group", "call"), MOVED_CLOCK_CALLS)
+def test_no_role_but_the_owner_moves_the_clock(
+    conn: Conn, login_as: Any, group: str, call: str, fake_now: str
+) -> None:
+    # A live lease of worker w1, a job due next week, a finished one: what a moved clock
+    # would reap, claim early, or prune.
+    held = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    conn.execute("select pyjobq.job_claim('w1', 1, 60)")
+    conn.execute("select pyjobq.job_enqueue(1, '{}', p_run_after => now() + interval '7 days')")
+    done = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    conn.execute("select pyjobq.job_claim('w1', 1, 60)")
+    conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (done,))
+    before = conn.execute("select * from pyjobq.job order by job_id").fetchall()
+
+    session = login_as(group)
+    session.execute("select set_config('pyjobq.fake_now', %s, false)", (fake_now,))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+        session.execute(call, {"held": held})
+    assert refused.value.diag.message_hint
+    assert conn.execute("select * from pyjobq.job order by job_id").fetchall() == before
+    # Reset, the same role runs on the real clock again.
+    session.execute("reset pyjobq.fake_now")
+    session.execute("select pyjobq.clock_now()" if group == "pyjobq_observer" else "select 1")
+
+
+def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
+    conn.execute("set pyjobq.fake_now = '2030-01-01 00:00:00+00'")
+    assert conn.execute("select pyjobq.clock_now()").fetchone()[0].year == 2030
+    for value in ("infinity", "-infinity"):
+        conn.execute("select set_config('pyjobq.fake_now', %s, false)", (value,))
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("select * from pyjobq.job_enqueue(1, '{}')")
+    conn.execute("reset pyjobq.fake_now")
+    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)

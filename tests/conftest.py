@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pytest_postgresql import factories
+from psycopg import sql
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 
@@ -57,8 +57,22 @@ def pg_template(pg_server: LocalPostgres) -> Iterator[NoopExecutor]:
         yield executor
 
 
-# Creates the test's database from pg_template's template and drops it afterwards.
-pg_database = factories.postgresql("pg_template")
+@pytest.fixture
+def pg_database(pg_server: LocalPostgres, pg_template: NoopExecutor) -> Iterator[Connection]:
+    """A connection to the test's own database, cloned from the migrated template and
+    dropped afterwards. FILE_COPY (PostgreSQL 15) clones a database this small in about
+    half the time of the default WAL_LOG, and every test starts with one."""
+    name = sql.Identifier(pg_template.dbname)
+    template = sql.Identifier(pg_template.template_dbname)
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        strategy = sql.SQL(" strategy = file_copy" if admin.info.server_version >= 150000 else "")
+        admin.execute(sql.SQL("create database {} template {}").format(name, template) + strategy)
+    try:
+        with psycopg.connect(pg_server.dsn(pg_template.dbname)) as connection:
+            yield connection
+    finally:
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database {} with (force)").format(name))
 
 
 @pytest.fixture

@@ -202,6 +202,7 @@ def test_help_everywhere() -> None:
         assert "Usage:" in result.stdout
 
 
+@pytest.mark.slow
 def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
     result = pyjobq("demo", "--jobs", "300", "--workers", "2", "--concurrency", "8")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -177,6 +177,7 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
     assert conn.execute("select status, attempts from pyjobq.job").fetchone() == (1, 1)
 
 
+@pytest.mark.slow
 def test_a_call_that_must_wait_gives_up_after_its_lock_timeout(conn: Conn, make_conn: Any) -> None:
     job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
     conn.execute("select pyjobq.job_claim('w1')")

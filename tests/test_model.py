@@ -505,6 +505,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert got == want
 
 
+@pytest.mark.slow
 def test_queue_matches_its_model(conn: Conn) -> None:
     run_state_machine_as_test(
         lambda: QueueMachine(conn),

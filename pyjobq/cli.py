@@ -497,7 +497,11 @@ def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) ->
 
 
 @main.command()
-@dsn_option
+@click.option(
+    "--dsn",
+    metavar="DSN",
+    help="a scratch database to use instead of a throwaway server (schema `demo` is dropped)",
+)
 @click.option("--jobs", default=6000, show_default=True, type=click.IntRange(2, 1_000_000))
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 64))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1000))
@@ -505,12 +509,12 @@ def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) ->
 def demo(dsn: str | None, jobs: int, workers: int, concurrency: int, no_kill: bool) -> None:
     """Run a real workload: orders with SEARCH and OUTBOX jobs, worker processes, a crash.
 
-    Without --dsn (and no $PYJOBQ_DSN/$DATABASE_URL) it starts a throwaway PostgreSQL
-    server, and stops it at the end; with one it uses that database (schema `demo`).
+    Without --dsn it starts a throwaway PostgreSQL server and removes it at the end; it
+    never reads $PYJOBQ_DSN or $DATABASE_URL, since it drops schema `demo` and takes every
+    SEARCH and OUTBOX job of the database it is given.
     """
     from pyjobq.demo import run_demo
 
-    given = dsn or next((os.environ[n] for n in DSN_ENV if os.environ.get(n)), None)
     with reporting():
-        ok = run_demo(given, jobs=jobs, workers=workers, concurrency=concurrency, kill=not no_kill)
+        ok = run_demo(dsn, jobs=jobs, workers=workers, concurrency=concurrency, kill=not no_kill)
     sys.exit(0 if ok else EXIT_ERROR)

@@ -19,9 +19,15 @@ Conn = psycopg.Connection[Any]
 
 
 def pyjobq(
-    *args: str, stdin: str | None = None, dsn: str | None = None, cwd: Path = ROOT
+    *args: str,
+    stdin: str | None = None,
+    dsn: str | None = None,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYJOBQ_DSN", "DATABASE_URL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYJOBQ_DSN", "DATABASE_URL")} | (
+        env or {}
+    )
     if dsn is not None:
         env["PYJOBQ_DSN"] = dsn
     return subprocess.run(
@@ -204,7 +210,12 @@ def test_help_everywhere() -> None:
 
 @pytest.mark.slow
 def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
-    result = pyjobq("demo", "--jobs", "300", "--workers", "2", "--concurrency", "8")
+    # The environment's databases are never the demo's: only --dsn points it elsewhere.
+    elsewhere = "host=127.0.0.1 port=1 dbname=production"
+    result = pyjobq(
+        "demo", "--jobs", "300", "--workers", "2", "--concurrency", "8",
+        env={"PYJOBQ_DSN": elsewhere, "DATABASE_URL": elsewhere},
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo verified" in result.stdout
 

@@ -15,6 +15,9 @@
 -- completed as completed, so a call retried after a lost reply is safe.
 -- job_fail with a zero delay that ends DEAD no longer voids claim fronts.
 --
+-- job_get: one job with its payload, result and last error, for producers and
+-- admins (observers see counts only).
+--
 -- The clock: only the schema owner's sessions may freeze it with
 -- pyjobq.fake_now (any other role gets 42501), and never at a time that is
 -- not finite (22023).
@@ -790,3 +793,126 @@ comment on function pyjobq.job_prune(interval, int) is
 
 
 revoke all on function pyjobq._check_array(text, anyarray) from public;
+
+create function pyjobq.job_get(p_job_id uuid)
+returns table (
+  job_id uuid,
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  priority int,
+  attempts int,
+  max_attempts int,
+  payload jsonb,
+  result jsonb,
+  last_error text,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  worker_id text,
+  run_started_at timestamptz,
+  finished_at timestamptz,
+  created_at timestamptz,
+  updated_at timestamptz
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  -- No job is an empty result, not an error: a pruned job is simply gone.
+  return query
+  select j.job_id, j.job_type::int, t.name::text, j.status::int,
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD'])[j.status],
+         j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
+         j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
+         case when j.status in (3, 4) then j.updated_at end, j.created_at, j.updated_at
+    from pyjobq.job j
+    join pyjobq.job_type t on t.job_type = j.job_type
+   where j.job_id = p_job_id;
+end;
+$$;
+
+comment on function pyjobq.job_get(uuid) is
+  'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
+  'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
+  '(run_started_at) and when it finished (DONE or DEAD). No row when there is no such job (never enqueued, '
+  'or pruned).';
+
+revoke all on function pyjobq.job_get(uuid) from public;
+
+create or replace function pyjobq.grant_roles()
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_missing text[];
+begin
+  select array_agg(r.name order by r.name)
+    into v_missing
+    from unnest(array['pyjobq_producer', 'pyjobq_worker', 'pyjobq_observer', 'pyjobq_admin']) as r(name)
+   where not exists (select 1 from pg_roles g where g.rolname = r.name);
+  if v_missing is not null then
+    if not exists (select 1 from pg_roles g
+                    where g.rolname = current_user and (g.rolsuper or g.rolcreaterole)) then
+      raise notice 'pyjobq: group roles % not created: role % may not create roles', v_missing, current_user
+        using hint = 'Have a role with CREATEROLE run: select pyjobq.grant_roles();';
+      return;
+    end if;
+    if 'pyjobq_producer' = any (v_missing) then create role pyjobq_producer nologin; end if;
+    if 'pyjobq_worker' = any (v_missing) then create role pyjobq_worker nologin; end if;
+    if 'pyjobq_observer' = any (v_missing) then create role pyjobq_observer nologin; end if;
+    if 'pyjobq_admin' = any (v_missing) then create role pyjobq_admin nologin; end if;
+  end if;
+
+  grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_types(), pyjobq.schema_version(), pyjobq.clock_now()
+    to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int)
+    to pyjobq_producer;
+  grant execute on function
+    pyjobq.job_claim(text, int, int, int[]),
+    pyjobq.job_complete(uuid, text, int, jsonb),
+    pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
+    pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
+    pyjobq.job_renew_lease(uuid, text, int, int),
+    pyjobq.job_release(uuid, text, int),
+    pyjobq.job_reap(int)
+    to pyjobq_worker;
+  grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
+  -- Payloads and results are the application's data: producers read back what they
+  -- enqueued, admins what they operate on; observers see figures only.
+  grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_redrive(uuid[], int, int),
+    pyjobq.job_prune(interval, int),
+    pyjobq.job_type_register(int, text),
+    pyjobq.job_reap(int)
+    to pyjobq_admin;
+end;
+$$;
+
+comment on function pyjobq.grant_roles() is
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
+  'register types) '
+  'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
+  'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
+
+do $$
+begin
+  perform pyjobq.grant_roles();
+end;
+$$;

@@ -22,6 +22,7 @@ from pyjobq.rows import (
     CountRow,
     Enqueued,
     FailOutcome,
+    JobInfo,
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
@@ -161,6 +162,11 @@ class AsyncJobQueue:
     async def counts(self) -> list[CountRow]:
         """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
         return await self._rows(CountRow, sql.COUNTS, ())
+
+    async def get(self, job_id: UUID) -> JobInfo | None:
+        """``job_get``: the job with its payload, result and last error; None if there is none."""
+        rows = await self._rows(JobInfo, sql.GET, (job_id,))
+        return rows[0] if rows else None
 
     async def redrive(
         self,

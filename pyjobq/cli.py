@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -418,6 +419,32 @@ def counts(dsn: str | None, watch: float | None, as_json: bool) -> None:
                 time.sleep(watch)
             except KeyboardInterrupt:
                 return
+
+
+@main.command()
+@dsn_option
+@click.argument("job_id", type=click.UUID)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
+def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
+    """One job: status, attempts, payload, result, last error and its times (job_get)."""
+    with queue(dsn) as q:
+        job = q.get(job_id)
+    if job is None:
+        fail(f"no job {job_id} (never enqueued, or pruned)")
+    fields = dataclasses.asdict(job)
+    if as_json:
+        click.echo(json.dumps(fields, default=str))
+        return
+    fields["status"] = job.status_name
+    fields["job_type"] = f"{job.job_type} {job.job_type_name}"
+    for name in ("status_name", "job_type_name"):
+        del fields[name]
+    for name, value in fields.items():
+        shown = json.dumps(value) if name in ("payload", "result") and value is not None else value
+        lines = str("" if shown is None else shown).splitlines() or [""]
+        click.echo(f"{name:<15} {lines[0]}")
+        for line in lines[1:]:
+            click.echo(f"{'':<15} {line}")
 
 
 @main.command()

@@ -21,6 +21,7 @@ from pyjobq.rows import (
     CountRow,
     Enqueued,
     FailOutcome,
+    JobInfo,
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
@@ -212,6 +213,11 @@ class JobQueue:
     def counts(self) -> list[CountRow]:
         """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
         return self._rows(CountRow, sql.COUNTS, ())
+
+    def get(self, job_id: UUID) -> JobInfo | None:
+        """``job_get``: the job with its payload, result and last error; None if there is none."""
+        rows = self._rows(JobInfo, sql.GET, (job_id,))
+        return rows[0] if rows else None
 
     def redrive(
         self,

@@ -103,6 +103,37 @@ class CountRow:
 
 
 @dataclass(frozen=True, slots=True)
+class JobInfo:
+    """The row of ``job_get``: one job with everything a person needs to see what happened.
+
+    ``lease_until`` is set while RUNNING, ``finished_at`` once DONE or DEAD.
+    """
+
+    job_id: UUID
+    job_type: int
+    job_type_name: str
+    status: JobStatus
+    status_name: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    payload: dict[str, Any]
+    result: Any
+    last_error: str | None
+    dedupe_key: str | None
+    run_after: datetime
+    lease_until: datetime | None
+    worker_id: str | None
+    run_started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
 class JobTypeInfo:
     """A row of ``job_types``."""
 

@@ -46,6 +46,11 @@ COUNTS: LiteralString = (
     "select job_type, job_type_name, status, status_name, jobs, oldest_due_seconds,"
     " expired_leases from pyjobq.job_counts()"
 )
+GET: LiteralString = (
+    "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
+    " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
+    " run_started_at, finished_at, created_at, updated_at from pyjobq.job_get(%s::uuid)"
+)
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
 TYPE_REGISTER: LiteralString = (

@@ -18,6 +18,7 @@
 --   job_redrive                      -> DEAD back to PENDING with fresh attempts
 --   job_prune                        -> DONE and DEAD rows deleted after a while
 --   job_counts                       -> jobs per type and status, with health figures
+--   job_get                          -> one job, with its payload, result and last error
 --
 -- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
 -- transition is a compare-and-set on all three plus status = RUNNING, so a
@@ -1354,6 +1355,58 @@ comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped.';
 
+create function pyjobq.job_get(p_job_id uuid)
+returns table (
+  job_id uuid,
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  priority int,
+  attempts int,
+  max_attempts int,
+  payload jsonb,
+  result jsonb,
+  last_error text,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  worker_id text,
+  run_started_at timestamptz,
+  finished_at timestamptz,
+  created_at timestamptz,
+  updated_at timestamptz
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  -- No job is an empty result, not an error: a pruned job is simply gone.
+  return query
+  select j.job_id, j.job_type::int, t.name::text, j.status::int,
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD'])[j.status],
+         j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
+         j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
+         case when j.status in (3, 4) then j.updated_at end, j.created_at, j.updated_at
+    from pyjobq.job j
+    join pyjobq.job_type t on t.job_type = j.job_type
+   where j.job_id = p_job_id;
+end;
+$$;
+
+comment on function pyjobq.job_get(uuid) is
+  'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
+  'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
+  '(run_started_at) and when it finished (DONE or DEAD). No row when there is no such job (never enqueued, '
+  'or pruned).';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -1407,6 +1460,9 @@ begin
     pyjobq.job_reap(int)
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
+  -- Payloads and results are the application's data: producers read back what they
+  -- enqueued, admins what they operate on; observers see figures only.
+  grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
@@ -1419,8 +1475,9 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue), pyjobq_worker (claim, complete, fail, renew, '
-  'release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, reap, redrive, prune, register types) '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
+  'register types) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

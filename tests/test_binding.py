@@ -30,7 +30,7 @@ from pyjobq import (
     statements,
 )
 from pyjobq.migrate import shipped_migrations
-from pyjobq.rows import JobTypeInfo, ReapedJob, RegisteredType
+from pyjobq.rows import JobInfo, JobTypeInfo, ReapedJob, RegisteredType
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -177,6 +177,7 @@ ROW_STATEMENTS = [
     ("COUNTS", CountRow),
     ("TYPE_REGISTER", RegisteredType),
     ("TYPES", JobTypeInfo),
+    ("GET", JobInfo),
 ]
 
 
@@ -189,3 +190,28 @@ def test_each_statement_names_exactly_the_fields_of_its_row(name: str, row: type
         f.name for f in dataclasses.fields(row)
     ]
     assert "*" not in statement
+
+
+def test_get_shows_a_job_at_each_step_of_its_life(conn: Conn) -> None:
+    q = JobQueue(conn)
+    freeze(conn, FROZEN)
+    job_id = q.enqueue(JobType.OUTBOX, {"order": 9}, dedupe_key="order-9").job_id
+    pending = q.get(job_id)
+    assert pending is not None
+    assert (pending.status, pending.status_name, pending.job_type_name) == (
+        JobStatus.PENDING,
+        "PENDING",
+        "OUTBOX",
+    )
+    assert (pending.attempts, pending.dedupe_key, pending.payload) == (0, "order-9", {"order": 9})
+    assert pending.lease_until is pending.finished_at is pending.run_started_at is None
+    (job,) = q.claim("w1", 1, lease_seconds=30)
+    running = q.get(job_id)
+    assert running is not None
+    assert (running.status, running.worker_id, running.attempts) == (JobStatus.RUNNING, "w1", 1)
+    assert running.lease_until == running.run_started_at + timedelta(seconds=30) is not None
+    q.fail(job_id, "w1", job.attempt, "smtp: 550", dead_letter=True)
+    dead = q.get(job_id)
+    assert dead is not None
+    assert (dead.status, dead.last_error, dead.finished_at) == (JobStatus.DEAD, "smtp: 550", FROZEN)
+    assert q.get(uuid4()) is None

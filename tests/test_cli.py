@@ -201,8 +201,8 @@ def test_worker_takes_handlers_and_types_by_registered_name(
 
 
 def test_help_everywhere() -> None:
-    for command in ["", "migrate", "enqueue", "worker", "counts", "reap", "redrive", "prune",
-                    "types", "demo"]:  # fmt: skip
+    for command in ["", "migrate", "enqueue", "worker", "counts", "show", "reap", "redrive",
+                    "prune", "types", "demo"]:  # fmt: skip
         result = pyjobq(*command.split(), "--help")
         assert result.returncode == 0, command
         assert "Usage:" in result.stdout
@@ -282,3 +282,29 @@ def test_worker_log_lines_name_the_job_and_its_error(
     else:
         assert f"job_id={job_id} job_type=1 attempt=1" in failed[0]
         assert 'error="no such index"' in failed[0]
+
+
+def test_show_prints_a_job_for_people_and_for_scripts(dsn: str, conn: Conn) -> None:
+    job_id = conn.execute("select job_id from pyjobq.job_enqueue(2, '{\"order\": 9}')").fetchone()
+    job_id = str(job_id[0])
+    conn.execute("select pyjobq.job_claim('w1', 1)")
+    conn.execute(
+        "select pyjobq.job_fail(%s, 'w1', 1, E'smtp: 550\\n  at send()', p_dead_letter => true)",
+        (job_id,),
+    )
+    table = pyjobq("show", job_id, dsn=dsn)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert "status          DEAD" in lines
+    assert "job_type        2 OUTBOX" in lines
+    assert 'payload         {"order": 9}' in lines
+    assert "last_error      smtp: 550" in lines
+    assert any(line.strip() == "at send()" for line in lines)
+    as_json = pyjobq("show", job_id, "--json", dsn=dsn)
+    shown = json.loads(as_json.stdout)
+    assert (shown["job_id"], shown["status_name"], shown["attempts"]) == (job_id, "DEAD", 1)
+    assert shown["payload"] == {"order": 9}
+    missing = pyjobq("show", "00000000-0000-0000-0000-000000000000", dsn=dsn)
+    assert missing.returncode == 1
+    assert "no job" in missing.stderr
+    assert pyjobq("show", "not-a-uuid", dsn=dsn).returncode == 2

@@ -49,6 +49,7 @@ ALLOWED = {
     "pyjobq_producer": {
         "job_enqueue",
         "job_enqueue_many",
+        "job_get",
         "job_types",
         "schema_version",
         "clock_now",
@@ -68,6 +69,7 @@ ALLOWED = {
     "pyjobq_observer": {"job_counts", "job_types", "schema_version", "clock_now"},
     "pyjobq_admin": {
         "job_counts",
+        "job_get",
         "job_reap",
         "job_redrive",
         "job_prune",

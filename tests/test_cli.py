@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,23 +121,38 @@ def test_unmigrated_database_says_to_migrate(pg_server: Any, conn: Conn) -> None
         conn.execute("drop database pyjobq_cli_empty with (force)")
 
 
-def test_worker_command_runs_jobs_and_stops_on_sigterm(dsn: str, conn: Conn) -> None:
-    prepare(conn)
-    pyjobq("enqueue", "SEARCH", "-", stdin='{"n": 1}\n{"n": 2}\n', dsn=dsn)
+def worker_until(
+    done: Callable[[], bool], what: str, *args: str, dsn: str, cwd: Path = ROOT
+) -> str:
+    """Run ``pyjobq worker ARGS`` until ``done()``, then SIGTERM it; its stderr once it
+    exited 0 (a drain that was asked for)."""
+    env = {**os.environ, "PYJOBQ_DSN": dsn, "PYJOBQ_TEST_DSN": dsn, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyjobq", "worker", "tests.worker_handlers:HANDLERS", "--dsn", dsn],
-        cwd=ROOT,
-        env={**os.environ, "PYJOBQ_TEST_DSN": dsn},
+        [sys.executable, "-m", "pyjobq", "worker", *args],
+        cwd=cwd,
+        env=env,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_for(lambda: statuses(conn) == {3: 2}, "both jobs DONE")
+        wait_for(done, what)
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
+    return err
+
+
+def test_worker_command_runs_jobs_and_stops_on_sigterm(dsn: str, conn: Conn) -> None:
+    prepare(conn)
+    pyjobq("enqueue", "SEARCH", "-", stdin='{"n": 1}\n{"n": 2}\n', dsn=dsn)
+    err = worker_until(
+        lambda: statuses(conn) == {3: 2},
+        "both jobs DONE",
+        "tests.worker_handlers:HANDLERS",
+        dsn=dsn,
+    )
     assert "draining" in err
 
 
@@ -182,20 +198,13 @@ def test_worker_takes_handlers_and_types_by_registered_name(
         "from tests.worker_handlers import record\n"
         "HANDLERS = {'SEARCH': record, 'outbox': record}\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyjobq", "worker", "named:HANDLERS", "--types", "SEARCH"],
+    worker_until(
+        lambda: statuses(conn) == {1: 1, 3: 1},
+        "the SEARCH job DONE",
+        *("named:HANDLERS", "--types", "SEARCH"),
+        dsn=dsn,
         cwd=tmp_path,
-        env={**os.environ, "PYJOBQ_DSN": dsn, "PYJOBQ_TEST_DSN": dsn, "PYTHONPATH": str(ROOT)},
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    try:
-        wait_for(lambda: statuses(conn) == {1: 1, 3: 1}, "the SEARCH job DONE")
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err
     done = conn.execute("select job_type from pyjobq.job where status = 3").fetchall()
     assert done == [(1,)]
 
@@ -255,21 +264,13 @@ def test_worker_log_lines_name_the_job_and_its_error(
     (tmp_path / "failing.py").write_text(
         "def fail(job):\n    raise ValueError('no such index')\nHANDLERS = {'SEARCH': fail}\n"
     )
-    command = ["worker", "failing:HANDLERS", "--log-format", log_format]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyjobq", *command],
+    err = worker_until(
+        lambda: statuses(conn) == {4: 1},
+        "the job DEAD",
+        *("failing:HANDLERS", "--log-format", log_format),
+        dsn=dsn,
         cwd=tmp_path,
-        env={**os.environ, "PYJOBQ_DSN": dsn},
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    try:
-        wait_for(lambda: statuses(conn) == {4: 1}, "the job DEAD")
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err
     failed = [line for line in err.splitlines() if "job failed" in line]
     assert len(failed) == 1, err
     if log_format == "json":

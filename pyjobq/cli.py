@@ -161,9 +161,13 @@ def migrate(dsn: str | None) -> None:
     from pyjobq.migrate import migrate as apply
 
     with reporting():
-        apply(resolve_dsn(dsn))
+        applied = apply(resolve_dsn(dsn))
     with queue(dsn) as q:
-        click.echo(f"pyjobq schema version {q.schema_version()}")
+        version = q.schema_version()
+    if applied:
+        click.echo(f"applied {', '.join(applied)}: pyjobq schema version {version}")
+    else:
+        click.echo(f"pyjobq schema version {version}: up to date, nothing applied")
 
 
 @main.command()

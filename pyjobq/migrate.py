@@ -6,6 +6,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from urllib.parse import urlencode
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
 
@@ -72,12 +73,31 @@ def yoyo_url(dsn: str) -> str:
     return "postgresql+psycopg:///?" + urlencode(conninfo_to_dict(dsn))
 
 
-def migrate(dsn: str) -> None:
-    """Bring the database at ``dsn`` up to the latest pyjobq schema; a no-op when it is.
+def migrate(dsn: str) -> list[str]:
+    """Bring the database at ``dsn`` up to the latest pyjobq schema; returns the ids of the
+    steps applied, none when it was up to date.
 
     Concurrent callers are serialised by yoyo's lock (a row in ``yoyo_lock``), so only
-    one of them applies each migration.
+    one of them applies each migration. A schema installed without yoyo (``psql -f``, as
+    the README allows) is adopted: the steps up to its ``schema_version()`` are recorded
+    as applied, and only the later ones run.
     """
     migrations = read_migrations(str(migrations_dir()))
     with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
-        backend.apply_migrations(backend.to_apply(migrations))
+        pending = backend.to_apply(migrations)
+        installed = installed_version(dsn) if len(pending) == len(migrations) else 0
+        if installed:
+            backend.mark_migrations(pending[:installed])
+            pending = backend.to_apply(migrations)
+        backend.apply_migrations(pending)
+        return [m.id for m in pending]
+
+
+def installed_version(dsn: str) -> int:
+    """``pyjobq.schema_version()`` of the database, 0 when it has no pyjobq schema."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select to_regproc('pyjobq.schema_version') is not null").fetchone()
+        if not (row and row[0]):
+            return 0
+        version = conn.execute("select pyjobq.schema_version()").fetchone()
+        return int(version[0]) if version else 0

@@ -65,6 +65,13 @@ def applied_counts(dsn: str) -> dict[str, int]:
     return dict(rows)
 
 
+def recorded(dsn: str) -> list[str]:
+    """The migrations yoyo holds as applied (run, or marked as already there)."""
+    with psycopg.connect(dsn) as connection:
+        rows = connection.execute("select migration_id from _yoyo_migration order by 1")
+        return [r[0] for r in rows.fetchall()]
+
+
 def test_migrations_build_the_canonical_schema(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:
@@ -260,3 +267,25 @@ def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
     migrate(target)
     assert applied_counts(target) == dict.fromkeys(shipped_migrations(), 1)
     assert_old_rows_work_on_the_new_schema(target, jobs)
+
+
+def test_migrate_adopts_a_schema_installed_with_psql(
+    pg_server: LocalPostgres, new_database: Callable[[], str]
+) -> None:
+    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1"]
+    whole, first = new_database(), new_database()
+    subprocess.run([*psql, "-f", str(CANONICAL_SQL), whole], capture_output=True, check=True)
+    first_step = sorted(migrations_dir().glob("0001_*.sql"))[0]
+    subprocess.run([*psql, "-f", str(first_step), first], capture_output=True, check=True)
+    jobs = jobs_in_every_state(first)
+
+    # Installed whole: every step is recorded, none runs again ("schema already exists").
+    assert migrate(whole) == []
+    assert recorded(whole) == shipped_migrations()
+    assert applied_counts(whole) == {}
+    # Installed at the first step: the later steps run, on the jobs it has.
+    assert migrate(first) == shipped_migrations()[1:]
+    assert recorded(first) == shipped_migrations()
+    assert applied_counts(first) == dict.fromkeys(shipped_migrations()[1:], 1)
+    assert_old_rows_work_on_the_new_schema(first, jobs)
+    assert schema_dump(pg_server, first) == schema_dump(pg_server, whole)

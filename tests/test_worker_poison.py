@@ -218,3 +218,30 @@ def test_a_refused_call_is_retried_and_fails_no_job(dsn: str, db: Conn) -> None:
     finally:
         db.execute(f'drop owned by "{role}"')
         db.execute(f'drop role "{role}"')
+
+
+def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db: Conn) -> None:
+    hung = threading.Event()
+    release = threading.Event()
+
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            hung.set()
+            release.wait(120)  # a sync handler cannot be interrupted: it hangs on
+        return {"n": job.payload["n"]}
+
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True})
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=4, job_timeout=1.0)
+    try:
+        with running(worker) as r:
+            wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the hung DEAD")
+            metrics = r.stop()
+    finally:
+        release.set()
+    assert hung.is_set()
+    assert_good_jobs_done_once(db, poison)
+    (last_error,) = db.execute(
+        "select last_error from pyjobq.job where job_id = %s", (poison,)
+    ).fetchone()
+    assert "did not finish within 1.0s" in last_error
+    assert metrics.timed_out == 1

@@ -737,10 +737,22 @@ class Worker:
                 for h in [*self._running, *self._done, *self._flushing]
                 if not h.lost and now - h.renewed_at > self.lease_seconds / 3
             ]
-            for held in due:
-                await self._renew(held)
+            for n, held in enumerate(due):
+                error = await self._renew(held)
+                if error is not None:
+                    # The database is away or refusing: the rest would fail alike, each
+                    # after its own wait. One line, and the next tick tries them all again.
+                    log.warning(
+                        "renew_lease failed, %d of %d leases not renewed this round: %s",
+                        len(due) - n,
+                        len(due),
+                        str(error).strip() or type(error).__name__,
+                        extra=self._extra(),
+                    )
+                    break
 
-    async def _renew(self, held: _Held) -> None:
+    async def _renew(self, held: _Held) -> BaseException | None:
+        """Renew one lease; returns the database error that prevented it, if any."""
         job = held.job
         started = time.monotonic()
         try:
@@ -756,7 +768,8 @@ class Worker:
             held.lost = True
             log.warning("lease not renewed: %s", e, extra=self._extra(job))
         except DATABASE_ERRORS as e:
-            log.warning("renew_lease failed: %s", e, extra=self._extra(job))
+            return e
+        return None
 
     async def _reaper(self) -> None:
         while True:

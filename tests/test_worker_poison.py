@@ -6,6 +6,7 @@ DONE exactly once, the poison job ends as documented, and the worker stops only 
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import threading
@@ -245,3 +246,50 @@ def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db:
     ).fetchone()
     assert "did not finish within 1.0s" in last_error
     assert metrics.timed_out == 1
+
+
+def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
+    dsn: str, db: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A refused renewal (here: the privilege revoked) hits every held job alike. Nothing reaps
+    # (the worker's own reaper waits an hour), so the jobs stay held however long this takes.
+    release = threading.Event()
+
+    def handler(job: ClaimedJob) -> Any:
+        release.wait(60)
+        return {"n": job.payload["n"]}
+
+    role = f"renewer_{db.info.dbname}"
+    db.execute(f'create role "{role}" login in role pyjobq_worker')
+    renew = "pyjobq.job_renew_lease(uuid, text, int, int)"
+    try:
+        JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
+        worker_dsn = psycopg.conninfo.make_conninfo(dsn, user=role)
+        worker = Worker(
+            worker_dsn,
+            {JobType.SEARCH: handler},
+            concurrency=8,
+            lease_seconds=1,
+            reap_interval=3600,
+        )
+        try:
+            with running(worker) as r:
+                wait_for(lambda: statuses(db) == {2: 8}, "all eight jobs RUNNING")
+                caplog.set_level(logging.WARNING, logger="pyjobq.worker")
+                db.execute(f"revoke execute on function {renew} from pyjobq_worker")
+                failed = lambda: [m for m in caplog.messages if "renew_lease failed" in m]  # noqa: E731
+                wait_for(lambda: len(failed()) >= 3, "three rounds of failed renewals")
+                db.execute(f"grant execute on function {renew} to pyjobq_worker")
+                release.set()
+                wait_for(lambda: statuses(db) == {3: 8}, "every job DONE")
+                r.stop()
+        finally:
+            release.set()
+            db.execute(f"grant execute on function {renew} to pyjobq_worker")
+        rounds = failed()
+        assert all("8 of 8 leases not renewed" in m for m in rounds[:3]), rounds
+        per_job = [m for m in caplog.messages if "renew_lease failed:" in m]
+        assert per_job == []
+    finally:
+        db.execute(f'drop owned by "{role}"')
+        db.execute(f'drop role "{role}"')

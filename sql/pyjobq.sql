@@ -1220,7 +1220,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1000);
   v_id uuid;
-  v_moved int := 0;
+  v_ids uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
@@ -1231,19 +1231,34 @@ begin
     raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
       using errcode = '22023';
   end if;
-  -- One row at a time: a DEAD job whose dedupe key an active job holds now
-  -- (or another redriven job took first) stays DEAD instead of failing all.
-  for v_id in
-    select d.job_id
-      from pyjobq.job d
-     where d.status = 4
-       and (p_job_ids is null or d.job_id = any (p_job_ids))
-       and (p_job_type is null or d.job_type = p_job_type)
-     order by d.updated_at
-     limit v_limit
-       for update skip locked
-  loop
-    begin
+  -- One statement for the batch. A DEAD job whose dedupe key an active job
+  -- holds, or an older job of the batch takes, stays DEAD instead of failing
+  -- all. Only when a concurrent enqueue takes a key between this snapshot and
+  -- the update (a unique violation) is the batch redone a row at a time, each
+  -- row in a subtransaction of its own; a subtransaction per row for every
+  -- call would overflow the subtransaction cache past 64 rows.
+  begin
+    with picked as materialized (
+      select d.job_id, d.dedupe_key, d.updated_at
+        from pyjobq.job d
+       where d.status = 4
+         and (p_job_ids is null or d.job_id = any (p_job_ids))
+         and (p_job_type is null or d.job_type = p_job_type)
+       order by d.updated_at
+       limit v_limit
+         for update skip locked
+    ),
+    free as (
+      select distinct on (coalesce(p.dedupe_key, p.job_id::text)) p.job_id
+        from picked p
+       where p.dedupe_key is null
+          or not exists (select 1
+                           from pyjobq.job a
+                          where a.dedupe_key = p.dedupe_key
+                            and a.status in (1, 2))
+       order by coalesce(p.dedupe_key, p.job_id::text), p.updated_at
+    ),
+    moved as (
       update pyjobq.job j
          set status = 1,
              attempts = 0,
@@ -1251,16 +1266,42 @@ begin
              worker_id = null,
              result = null,
              updated_at = v_now
-       where j.job_id = v_id
-         and j.status = 4;
-      job_id := v_id;
-      v_moved := v_moved + 1;
-      return next;
-    exception when unique_violation then
-      null;
-    end;
-  end loop;
-  if v_moved > 0 then
+        from free f
+       where j.job_id = f.job_id
+         and j.status = 4
+      returning j.job_id
+    )
+    select coalesce(array_agg(m.job_id), '{}') into v_ids from moved m;
+  exception when unique_violation then
+    v_ids := '{}';
+    for v_id in
+      select d.job_id
+        from pyjobq.job d
+       where d.status = 4
+         and (p_job_ids is null or d.job_id = any (p_job_ids))
+         and (p_job_type is null or d.job_type = p_job_type)
+       order by d.updated_at
+       limit v_limit
+         for update skip locked
+    loop
+      begin
+        update pyjobq.job j
+           set status = 1,
+               attempts = 0,
+               run_after = v_now,
+               worker_id = null,
+               result = null,
+               updated_at = v_now
+         where j.job_id = v_id
+           and j.status = 4;
+        v_ids := v_ids || v_id;
+      exception when unique_violation then
+        null;
+      end;
+    end loop;
+  end;
+  return query select u.id from unnest(v_ids) as u(id);
+  if cardinality(v_ids) > 0 then
     perform nextval('pyjobq.job_claim_epoch');  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;

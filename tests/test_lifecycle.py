@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from tests.sqlhelp import FROZEN, claim, enqueue, freeze, raises_sqlstate, status_of
+from tests.workerhelp import wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -226,6 +228,65 @@ def test_redrive_resets_dead_jobs_but_respects_an_active_duplicate(conn: Conn) -
     assert conn.execute(
         "select count(*) from pyjobq.job_redrive(array[%s]::uuid[])", (keyed,)
     ).fetchone() == (0,)
+
+
+def dead_jobs(conn: Conn, keys: list[str | None]) -> list[Any]:
+    """One DEAD job per key (None: no key), in this order of death."""
+    ids = [r[0] for r in conn.execute(
+        "select job_id from pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[%s]),"
+        " %s::text[], p_max_attempts => 1) order by ord",
+        (len(keys), keys),
+    )]  # fmt: skip
+    for job_id, attempt in claim(conn, limit=len(keys)):
+        conn.execute("select pyjobq.job_fail(%s, 'w1', %s, 'x')", (job_id, attempt))
+    return ids
+
+
+def test_redrive_moves_a_large_batch_in_one_statement_and_keeps_one_job_per_key(
+    conn: Conn,
+) -> None:
+    # Keys are only unique among active jobs: two DEAD jobs may share one. Redriven together,
+    # the older one takes the key and the newer stays DEAD.
+    ids = dead_jobs(conn, [None] * 300 + ["twice"])
+    (newer,) = dead_jobs(conn, ["twice"])  # the key was free again once the first was DEAD
+    before = conn.execute("select txid_current()").fetchone()[0]
+    moved = {r[0] for r in conn.execute("select job_id from pyjobq.job_redrive(p_limit => 1000)")}
+    assert moved == set(ids)
+    # One statement, no subtransaction per row: a transaction id or two, not 300 (a
+    # subtransaction that writes takes one of its own, and past 64 of them PostgreSQL's
+    # subtransaction cache overflows for every snapshot taken meanwhile).
+    assert conn.execute("select txid_current()").fetchone()[0] - before < 10
+    assert status_of(conn, newer)[0] == 4
+
+
+def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
+    conn: Conn, make_conn: Any
+) -> None:
+    # The enqueue is not committed when the redrive reads which keys are free: the redrive's
+    # update then waits on it and, once it commits, meets the key taken. Only that job stays.
+    plain, keyed = dead_jobs(conn, [None, "k"])
+    enqueuer, redriver, monitor = make_conn(), make_conn(), make_conn()
+    moved: list[Any] = []
+    with enqueuer.transaction():
+        enqueuer.execute("select pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+        t = threading.Thread(
+            target=lambda: moved.extend(redriver.execute("select * from pyjobq.job_redrive()"))
+        )
+        t.start()
+        pid = redriver.info.backend_pid
+        wait_for(
+            lambda: (
+                monitor.execute(
+                    "select wait_event_type from pg_stat_activity where pid = %s", (pid,)
+                ).fetchone()
+                == ("Lock",)
+            ),
+            "the redrive to wait on the uncommitted enqueue",
+        )
+    t.join(30)
+    assert moved == [(plain,)]
+    assert status_of(conn, keyed)[0] == 4
+    assert status_of(conn, plain)[:2] == (1, 0)
 
 
 def test_prune_deletes_old_finished_jobs_in_bounded_batches(conn: Conn) -> None:

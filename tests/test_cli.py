@@ -309,3 +309,30 @@ def test_show_prints_a_job_for_people_and_for_scripts(dsn: str, conn: Conn) -> N
     assert missing.returncode == 1
     assert "no job" in missing.stderr
     assert pyjobq("show", "not-a-uuid", dsn=dsn).returncode == 2
+
+
+def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
+    dsn: str, conn: Conn, tmp_path: Path
+) -> None:
+    # A supervisor must tell a clean drain (0) from one that left jobs to their leases.
+    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    (tmp_path / "slow.py").write_text(
+        "import threading\nHANDLERS = {1: lambda job: threading.Event().wait(600)}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyjobq", "worker", "slow:HANDLERS", "--shutdown-timeout", "0.2"],
+        cwd=tmp_path,
+        env={**os.environ, "PYJOBQ_DSN": dsn},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: statuses(conn) == {2: 1}, "the job RUNNING")
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "left to its lease" in err
+    row = conn.execute("select status, worker_id from pyjobq.job where job_id = %s", (job_id,))
+    assert row.fetchone()[0] == 2  # still held: its lease runs out, a reaper takes it back

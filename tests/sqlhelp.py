@@ -12,6 +12,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from tests.workerhelp import wait_for
+
 FROZEN = datetime.fromisoformat("2030-01-01T00:00:00+00:00")
 
 
@@ -83,3 +85,13 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def wait_for_lock_wait(
+    monitor: psycopg.Connection[Any], waiter: psycopg.Connection[Any], what: str
+) -> None:
+    """Wait, proven by the lock manager and not by sleeping, until ``waiter``'s statement
+    waits on a lock; ``what`` names the wait in the failure after the deadline."""
+    pid = waiter.info.backend_pid
+    query = "select wait_event_type from pg_stat_activity where pid = %s"
+    wait_for(lambda: monitor.execute(query, (pid,)).fetchone() == ("Lock",), what)

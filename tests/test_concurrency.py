@@ -12,8 +12,7 @@ import psycopg
 import pytest
 
 from pyjobq import JobQueue, LeaseLost, LockTimeout
-from tests.sqlhelp import FROZEN, freeze, run_threads
-from tests.workerhelp import wait_for
+from tests.sqlhelp import FROZEN, freeze, run_threads, wait_for_lock_wait
 
 Conn = psycopg.Connection[Any]
 
@@ -162,16 +161,7 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
         assert len(reaper.execute("select * from pyjobq.job_reap()").fetchall()) == 1
         t = threading.Thread(target=complete)
         t.start()
-        pid = completer.info.backend_pid
-        wait_for(
-            lambda: (
-                monitor.execute(
-                    "select wait_event_type from pg_stat_activity where pid = %s", (pid,)
-                ).fetchone()
-                == ("Lock",)
-            ),
-            "the completion to wait on the reaper's lock",
-        )
+        wait_for_lock_wait(monitor, completer, "the completion to wait on the reaper's lock")
     t.join()
     assert outcome == ["JQ001"]
     assert conn.execute("select status, attempts from pyjobq.job").fetchone() == (1, 1)

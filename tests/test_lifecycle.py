@@ -8,8 +8,15 @@ from typing import Any
 
 import psycopg
 
-from tests.sqlhelp import FROZEN, claim, enqueue, freeze, raises_sqlstate, status_of
-from tests.workerhelp import wait_for
+from tests.sqlhelp import (
+    FROZEN,
+    claim,
+    enqueue,
+    freeze,
+    raises_sqlstate,
+    status_of,
+    wait_for_lock_wait,
+)
 
 Conn = psycopg.Connection[Any]
 
@@ -273,16 +280,7 @@ def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
             target=lambda: moved.extend(redriver.execute("select * from pyjobq.job_redrive()"))
         )
         t.start()
-        pid = redriver.info.backend_pid
-        wait_for(
-            lambda: (
-                monitor.execute(
-                    "select wait_event_type from pg_stat_activity where pid = %s", (pid,)
-                ).fetchone()
-                == ("Lock",)
-            ),
-            "the redrive to wait on the uncommitted enqueue",
-        )
+        wait_for_lock_wait(monitor, redriver, "the redrive to wait on the uncommitted enqueue")
     t.join(30)
     assert moved == [(plain,)]
     assert status_of(conn, keyed)[0] == 4

@@ -325,13 +325,21 @@ class Worker:
         return self.metrics
 
     async def _probe(self) -> None:
-        """Fail fast, with the real error, when the database is unreachable, not migrated or
-        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`)."""
+        """Fail fast, with the real error, when the database is unreachable, not migrated,
+        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), or lacks a job type
+        the handlers are for (``ValueError``)."""
         conninfo, kwargs = self._conninfo()
         async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
-            warning = check_schema_version(await AsyncJobQueue(conn).schema_version())
+            queue = AsyncJobQueue(conn)
+            warning = check_schema_version(await queue.schema_version())
+            registered = {t.job_type for t in await queue.types()}
         if warning:
             log.warning(warning, extra=self._extra())
+        # A configuration error stops the worker before its first claim; later, every claim
+        # would be refused (22023) and retried for ever.
+        unknown = sorted(set(self.handlers) - registered)
+        if unknown:
+            raise ValueError(f"handlers for job types that are not registered: {unknown}")
 
     async def _drain(
         self, tasks: dict[str, asyncio.Task[None]], runners: list[asyncio.Task[None]]

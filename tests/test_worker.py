@@ -234,3 +234,9 @@ def test_worker_survives_its_connections_being_terminated(dsn: str, db: Conn) ->
         metrics = r.stop()
     assert metrics.db_errors >= 1
     assert metrics.completed + metrics.lease_lost >= 2000
+
+
+def test_handlers_for_an_unregistered_type_stop_the_worker_before_it_claims(dsn: str) -> None:
+    worker = Worker(dsn, {JobType.SEARCH: ok, 999: ok})
+    with pytest.raises(ValueError, match=r"not registered: \[999\]"):
+        asyncio.run(worker.serve())

@@ -85,6 +85,15 @@ SYSTEMS: tuple[System, ...] = (
         table="pyjobq.job",
         extras=frozenset({"claimcost", "sustained"}),
     ),
+    # pyjobq as shipped, with claim fronts off in every session (pyjobq.claim_front_off):
+    # what the front buys the pinned drain, in the same run.
+    System(
+        "pyjobq-nofront",
+        PYJOBQ_DRIVER,
+        role="subject",
+        table="pyjobq.job",
+        env=(("PGOPTIONS", "-c pyjobq.claim_front_off=on"),),
+    ),
     # The same SQL without the Worker: W connections, claim(50) + complete_many.
     System(
         "pyjobq-loop",

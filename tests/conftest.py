@@ -7,10 +7,12 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 
@@ -101,6 +103,27 @@ def make_conn(dsn: str) -> Iterator[Callable[[], Connection]]:
     yield connect
     for connection in opened:
         connection.close()
+
+
+@pytest.fixture
+def login_role(conn: Connection, dsn: str) -> Iterator[Callable[..., str]]:
+    """Create fresh LOGIN roles, members of the given group roles, and return the conninfo of
+    this test's database as each; the roles are dropped afterwards (privileges granted or
+    revoked on functions go with the test's database)."""
+    created: list[sql.Identifier] = []
+
+    def create(*groups: str) -> str:
+        name = f"app_{uuid4().hex[:12]}"
+        created.append(sql.Identifier(name))
+        conn.execute(sql.SQL("create role {} login").format(created[-1]))
+        for group in groups:
+            conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(group), created[-1]))
+        return make_conninfo(dsn, user=name)
+
+    yield create
+    for name in created:
+        conn.execute(sql.SQL("drop owned by {}").format(name))
+        conn.execute(sql.SQL("drop role {}").format(name))
 
 
 @pytest.fixture(scope="session")

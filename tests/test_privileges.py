@@ -9,7 +9,6 @@ from uuid import uuid4
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 Conn = psycopg.Connection[Any]
 
@@ -147,27 +146,17 @@ def test_objects_planted_in_pg_temp_or_public_are_never_resolved(
 
 
 @pytest.fixture
-def login_as(conn: Conn, dsn: str) -> Iterator[Any]:
+def login_as(login_role: Any) -> Iterator[Any]:
     """Open a session as a fresh LOGIN role that is a member of the given group roles."""
-    created: list[sql.Identifier] = []
     sessions: list[Conn] = []
 
     def login(*groups: str) -> Conn:
-        name = f"app_{uuid4().hex[:12]}"
-        created.append(sql.Identifier(name))
-        conn.execute(sql.SQL("create role {} login").format(created[-1]))
-        for group in groups:
-            conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(group), created[-1]))
-        session = psycopg.connect(make_conninfo(dsn, user=name), autocommit=True)
-        sessions.append(session)
-        return session
+        sessions.append(psycopg.connect(login_role(*groups), autocommit=True))
+        return sessions[-1]
 
     yield login
     for session in sessions:
         session.close()
-    for name in created:
-        conn.execute(sql.SQL("drop owned by {}").format(name))
-        conn.execute(sql.SQL("drop role {}").format(name))
 
 
 MOVED_CLOCK_CALLS = [

@@ -10,6 +10,7 @@ import logging
 import math
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -186,39 +187,24 @@ def test_rows_locked_past_the_lock_timeout_delay_completions_but_lose_nothing(
     assert db.execute("select count(*) from pyjobq.job where attempts = 1").fetchone() == (8,)
 
 
-def test_a_refused_call_is_retried_and_fails_no_job(dsn: str, db: Conn) -> None:
+def test_a_refused_call_is_retried_and_fails_no_job(
+    db: Conn, login_role: Callable[..., str]
+) -> None:
     # Not a job's fault: the worker's role loses the right to complete. Nothing is failed for
     # it; the completions wait, the worker keeps running, and they go through once it is back.
-    role = f"poison_{db.info.dbname}"
-    db.execute(f'create role "{role}" login in role pyjobq_worker')
-    try:
-        worker_dsn = psycopg.conninfo.make_conninfo(dsn, user=role)
-        JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
-        worker = Worker(worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4)
-        db.execute(
-            "revoke execute on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[])"
-            " from pyjobq_worker"
-        )
-        try:
-            with running(worker) as r:
-                wait_for(lambda: worker.metrics.started >= 4, "jobs to run")
-                wait_for(lambda: statuses(db).get(2, 0) >= 4, "finished jobs held RUNNING")
-                db.execute(
-                    "grant execute on function"
-                    " pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) to pyjobq_worker"
-                )
-                wait_for(lambda: statuses(db) == {3: GOOD}, "every job DONE after the grant")
-                metrics = r.stop()
-        finally:
-            db.execute(
-                "grant execute on function"
-                " pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) to pyjobq_worker"
-            )
-        assert metrics.completed == GOOD
-        assert metrics.failed == 0
-    finally:
-        db.execute(f'drop owned by "{role}"')
-        db.execute(f'drop role "{role}"')
+    complete_many = "pyjobq.job_complete_many(text, uuid[], int[], jsonb[])"
+    worker_dsn = login_role("pyjobq_worker")
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
+    worker = Worker(worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4)
+    db.execute(f"revoke execute on function {complete_many} from pyjobq_worker")
+    with running(worker) as r:
+        wait_for(lambda: worker.metrics.started >= 4, "jobs to run")
+        wait_for(lambda: statuses(db).get(2, 0) >= 4, "finished jobs held RUNNING")
+        db.execute(f"grant execute on function {complete_many} to pyjobq_worker")
+        wait_for(lambda: statuses(db) == {3: GOOD}, "every job DONE after the grant")
+        metrics = r.stop()
+    assert metrics.completed == GOOD
+    assert metrics.failed == 0
 
 
 def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db: Conn) -> None:
@@ -249,7 +235,7 @@ def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db:
 
 
 def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
-    dsn: str, db: Conn, caplog: pytest.LogCaptureFixture
+    db: Conn, login_role: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     # A refused renewal (here: the privilege revoked) hits every held job alike. Nothing reaps
     # (the worker's own reaper waits an hour), so the jobs stay held however long this takes.
@@ -259,37 +245,32 @@ def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
         release.wait(60)
         return {"n": job.payload["n"]}
 
-    role = f"renewer_{db.info.dbname}"
-    db.execute(f'create role "{role}" login in role pyjobq_worker')
     renew = "pyjobq.job_renew_lease(uuid, text, int, int)"
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
+    worker = Worker(
+        login_role("pyjobq_worker"),
+        {JobType.SEARCH: handler},
+        concurrency=8,
+        lease_seconds=1,
+        reap_interval=3600,
+    )
+
+    def failed() -> list[str]:
+        return [m for m in caplog.messages if "renew_lease failed" in m]
+
     try:
-        JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
-        worker_dsn = psycopg.conninfo.make_conninfo(dsn, user=role)
-        worker = Worker(
-            worker_dsn,
-            {JobType.SEARCH: handler},
-            concurrency=8,
-            lease_seconds=1,
-            reap_interval=3600,
-        )
-        try:
-            with running(worker) as r:
-                wait_for(lambda: statuses(db) == {2: 8}, "all eight jobs RUNNING")
-                caplog.set_level(logging.WARNING, logger="pyjobq.worker")
-                db.execute(f"revoke execute on function {renew} from pyjobq_worker")
-                failed = lambda: [m for m in caplog.messages if "renew_lease failed" in m]  # noqa: E731
-                wait_for(lambda: len(failed()) >= 3, "three rounds of failed renewals")
-                db.execute(f"grant execute on function {renew} to pyjobq_worker")
-                release.set()
-                wait_for(lambda: statuses(db) == {3: 8}, "every job DONE")
-                r.stop()
-        finally:
-            release.set()
+        with running(worker) as r:
+            wait_for(lambda: statuses(db) == {2: 8}, "all eight jobs RUNNING")
+            caplog.set_level(logging.WARNING, logger="pyjobq.worker")
+            db.execute(f"revoke execute on function {renew} from pyjobq_worker")
+            wait_for(lambda: len(failed()) >= 3, "three rounds of failed renewals")
             db.execute(f"grant execute on function {renew} to pyjobq_worker")
-        rounds = failed()
-        assert all("8 of 8 leases not renewed" in m for m in rounds[:3]), rounds
-        per_job = [m for m in caplog.messages if "renew_lease failed:" in m]
-        assert per_job == []
+            release.set()
+            wait_for(lambda: statuses(db) == {3: 8}, "every job DONE")
+            r.stop()
     finally:
-        db.execute(f'drop owned by "{role}"')
-        db.execute(f'drop role "{role}"')
+        release.set()
+    rounds = failed()
+    assert all("8 of 8 leases not renewed" in m for m in rounds[:3]), rounds
+    per_job = [m for m in caplog.messages if "renew_lease failed:" in m]
+    assert per_job == []

@@ -25,11 +25,12 @@ class TextFormatter(logging.Formatter):
     traceback, when there is one, follows on its own lines)."""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s [%(worker_id)s] %(message)s")
+        super().__init__(
+            "%(asctime)s %(levelname)s %(name)s [%(worker_id)s] %(message)s",
+            defaults={"worker_id": "-"},
+        )
 
     def format(self, record: logging.LogRecord) -> str:
-        if not hasattr(record, "worker_id"):
-            record.worker_id = "-"
         line = super().format(record)
         head, sep, tail = line.partition("\n")
         pairs = " ".join(f"{k}={_compact(v)}" for k, v in _fields(record).items())

@@ -42,6 +42,12 @@ def new_database(pg_server: LocalPostgres) -> Iterator[Callable[[], str]]:
             admin.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
 
 
+def psql_file(pg_server: LocalPostgres, path: Path, dsn: str) -> None:
+    """``psql -1 -f path`` into the database, as the README installs without yoyo."""
+    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1"]
+    subprocess.run([*psql, "-f", str(path), dsn], capture_output=True, check=True)
+
+
 def schema_dump(pg_server: LocalPostgres, dsn: str) -> str:
     """pg_dump of the pyjobq schema only: yoyo's bookkeeping tables live elsewhere."""
     out = subprocess.run(
@@ -76,12 +82,7 @@ def test_migrations_build_the_canonical_schema(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:
     canonical = new_database()
-    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
-    subprocess.run(
-        [*psql, "-1", "-f", str(CANONICAL_SQL), canonical],
-        capture_output=True,
-        check=True,
-    )
+    psql_file(pg_server, CANONICAL_SQL, canonical)
     migrated = new_database()
     migrate(migrated)
 
@@ -244,15 +245,14 @@ def test_psql_upgrade_keeps_old_jobs_working(
 ) -> None:
     # The README's path without yoyo: psql -1 -f each migration past the installed version.
     target = new_database()
-    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1"]
-    first, *later = sorted(p for p in migrations_dir().glob("*.sql") if "rollback" not in p.name)
-    subprocess.run([*psql, "-f", str(first), target], capture_output=True, check=True)
+    first, *later = [migrations_dir() / f"{m}.sql" for m in shipped_migrations()]
+    psql_file(pg_server, first, target)
     jobs = jobs_in_every_state(target)
     for step in later:
-        subprocess.run([*psql, "-f", str(step), target], capture_output=True, check=True)
+        psql_file(pg_server, step, target)
     assert_old_rows_work_on_the_new_schema(target, jobs)
     canonical = new_database()
-    subprocess.run([*psql, "-f", str(CANONICAL_SQL), canonical], capture_output=True, check=True)
+    psql_file(pg_server, CANONICAL_SQL, canonical)
     assert schema_dump(pg_server, target) == schema_dump(pg_server, canonical)
 
 
@@ -272,11 +272,9 @@ def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
 def test_migrate_adopts_a_schema_installed_with_psql(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:
-    psql = [str(pg_server.bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1"]
     whole, first = new_database(), new_database()
-    subprocess.run([*psql, "-f", str(CANONICAL_SQL), whole], capture_output=True, check=True)
-    first_step = sorted(migrations_dir().glob("0001_*.sql"))[0]
-    subprocess.run([*psql, "-f", str(first_step), first], capture_output=True, check=True)
+    psql_file(pg_server, CANONICAL_SQL, whole)
+    psql_file(pg_server, migrations_dir() / f"{shipped_migrations()[0]}.sql", first)
     jobs = jobs_in_every_state(first)
 
     # Installed whole: every step is recorded, none runs again ("schema already exists").

@@ -313,26 +313,20 @@ def kill_a_worker_mid_job(
     ends DONE without a reap. Worker ids are ``host:pid:random``, so they name the process.
     """
     by_app = {f"{APP_NAME}-{n}": p for n, p in enumerate(procs)}
-    gate_pid = gate.info.backend_pid
-    deadline = time.monotonic() + 30
-    while True:
-        row = conn.execute(
-            "select application_name from pg_stat_activity"
-            " where %s = any(pg_blocking_pids(pid)) and application_name = any(%s)"
-            " order by application_name limit 1",
-            (gate_pid, list(by_app)),
-        ).fetchone()
-        if row is not None:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError("no handler reached the demo's lock on demo.effects in 30 s")
-        time.sleep(0.01)
-    app_name = row[0]
+    waiting = (
+        "select application_name from pg_stat_activity"
+        " where %s = any(pg_blocking_pids(pid)) and application_name = any(%s)"
+        " order by application_name limit 1"
+    )
+    (app_name,) = _poll(
+        conn, waiting, (gate.info.backend_pid, list(by_app)), "a handler waiting on the lock"
+    )
     victim = by_app[app_name]
     victim.kill()
     victim.wait()
     gate.rollback()
-    _wait_until_sessions_end(conn, app_name)
+    left = "select 1 where not exists (select from pg_stat_activity where application_name = %s)"
+    _poll(conn, left, (app_name,), f"the killed worker's sessions ({app_name}) to end")
     rows = conn.execute(
         "select job_id, attempts, worker_id from pyjobq.job where status = 2"
     ).fetchall()
@@ -341,15 +335,16 @@ def kill_a_worker_mid_job(
     return Killed(victim.pid, [j for j, _ in held], [a for _, a in held])
 
 
-def _wait_until_sessions_end(
-    conn: psycopg.Connection[Any], app_name: str, patience: float = 30.0
-) -> None:
-    deadline = time.monotonic() + patience
-    query = "select count(*) from pg_stat_activity where application_name = %s"
-    while (row := conn.execute(query, (app_name,)).fetchone()) and row[0] > 0:
+def _poll(
+    conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...], what: str
+) -> tuple[Any, ...]:
+    """The first row ``query`` returns, asked again every 10 ms for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while (row := conn.execute(query, params).fetchone()) is None:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the killed worker's sessions ({app_name}) did not end")
-        time.sleep(0.02)
+            raise RuntimeError(f"waited 30 s for {what}")
+        time.sleep(0.01)
+    return tuple(row)
 
 
 def _summarise(

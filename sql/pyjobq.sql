@@ -1204,6 +1204,47 @@ comment on function pyjobq.job_reap(int) is
 
 -- Operations ------------------------------------------------------------------
 
+-- DEAD jobs among p_ids back to PENDING, due at p_now, attempts reset; returns
+-- the ids moved. A job whose dedupe key an active job holds, or an older one of
+-- p_ids takes, stays DEAD (keys are unique among active jobs only). A key an
+-- uncommitted enqueue takes meanwhile still raises unique_violation.
+create function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  with free as (
+    select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
+      from pyjobq.job d
+     where d.job_id = any (p_ids)
+       and d.status = 4
+       and (d.dedupe_key is null
+            or not exists (select 1
+                             from pyjobq.job a
+                            where a.dedupe_key = d.dedupe_key
+                              and a.status in (1, 2)))
+     order by coalesce(d.dedupe_key, d.job_id::text), d.updated_at
+  ),
+  moved as (
+    update pyjobq.job j
+       set status = 1,
+           attempts = 0,
+           run_after = p_now,
+           worker_id = null,
+           result = null,
+           updated_at = p_now
+      from free f
+     where j.job_id = f.job_id
+       and j.status = 4
+    returning j.job_id
+  )
+  select coalesce(array_agg(m.job_id), '{}') from moved m
+$$;
+
+comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
+  'job_redrive''s update: the DEAD jobs of p_ids whose dedupe key is free back to PENDING; returns their ids.';
+
 create function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
   p_job_type int default null,
@@ -1220,6 +1261,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1000);
   v_id uuid;
+  v_picked uuid[];
   v_ids uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
@@ -1231,70 +1273,28 @@ begin
     raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
       using errcode = '22023';
   end if;
-  -- One statement for the batch. A DEAD job whose dedupe key an active job
-  -- holds, or an older job of the batch takes, stays DEAD instead of failing
-  -- all. Only when a concurrent enqueue takes a key between this snapshot and
-  -- the update (a unique violation) is the batch redone a row at a time, each
-  -- row in a subtransaction of its own; a subtransaction per row for every
-  -- call would overflow the subtransaction cache past 64 rows.
+  -- The batch is locked once, then moved in one statement. Only when a
+  -- concurrent enqueue takes a key between this snapshot and the update (a
+  -- unique violation) is it moved a row at a time, each row in a
+  -- subtransaction of its own; a subtransaction per row on every call would
+  -- overflow the subtransaction cache past 64 rows.
+  select coalesce(array_agg(d.job_id order by d.updated_at), '{}')
+    into v_picked
+    from (select p.job_id, p.updated_at
+            from pyjobq.job p
+           where p.status = 4
+             and (p_job_ids is null or p.job_id = any (p_job_ids))
+             and (p_job_type is null or p.job_type = p_job_type)
+           order by p.updated_at
+           limit v_limit
+             for update skip locked) d;
   begin
-    with picked as materialized (
-      select d.job_id, d.dedupe_key, d.updated_at
-        from pyjobq.job d
-       where d.status = 4
-         and (p_job_ids is null or d.job_id = any (p_job_ids))
-         and (p_job_type is null or d.job_type = p_job_type)
-       order by d.updated_at
-       limit v_limit
-         for update skip locked
-    ),
-    free as (
-      select distinct on (coalesce(p.dedupe_key, p.job_id::text)) p.job_id
-        from picked p
-       where p.dedupe_key is null
-          or not exists (select 1
-                           from pyjobq.job a
-                          where a.dedupe_key = p.dedupe_key
-                            and a.status in (1, 2))
-       order by coalesce(p.dedupe_key, p.job_id::text), p.updated_at
-    ),
-    moved as (
-      update pyjobq.job j
-         set status = 1,
-             attempts = 0,
-             run_after = v_now,
-             worker_id = null,
-             result = null,
-             updated_at = v_now
-        from free f
-       where j.job_id = f.job_id
-         and j.status = 4
-      returning j.job_id
-    )
-    select coalesce(array_agg(m.job_id), '{}') into v_ids from moved m;
+    v_ids := pyjobq._redrive_rows(v_picked, v_now);
   exception when unique_violation then
     v_ids := '{}';
-    for v_id in
-      select d.job_id
-        from pyjobq.job d
-       where d.status = 4
-         and (p_job_ids is null or d.job_id = any (p_job_ids))
-         and (p_job_type is null or d.job_type = p_job_type)
-       order by d.updated_at
-       limit v_limit
-         for update skip locked
-    loop
+    foreach v_id in array v_picked loop
       begin
-        update pyjobq.job j
-           set status = 1,
-               attempts = 0,
-               run_after = v_now,
-               worker_id = null,
-               result = null,
-               updated_at = v_now
-         where j.job_id = v_id
-           and j.status = 4;
-        v_ids := v_ids || v_id;
+        v_ids := v_ids || pyjobq._redrive_rows(array[v_id], v_now);
       exception when unique_violation then
         null;
       end;

@@ -205,3 +205,26 @@ def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
             conn.execute("select * from pyjobq.job_enqueue(1, '{}')")
     conn.execute("reset pyjobq.fake_now")
     assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("group", "call"),
+    [
+        ("pyjobq_observer", "select * from pyjobq.job_get(%(job)s)"),
+        ("pyjobq_worker", "select * from pyjobq.job_get(%(job)s)"),
+        # The helpers behind the job_* functions are no one's to call: this one moves DEAD
+        # jobs back without the redrive's checks.
+        ("pyjobq_admin", "select pyjobq._redrive_rows(array[%(job)s]::uuid[], now())"),
+    ],
+)
+def test_payloads_and_helpers_are_refused_to_roles_without_them(
+    conn: Conn, login_as: Any, group: str, call: str
+) -> None:
+    job = conn.execute("select job_id from pyjobq.job_enqueue(1, '{\"secret\": 1}')").fetchone()
+    conn.execute("select pyjobq.job_claim('w1', 1)")
+    conn.execute("select pyjobq.job_fail(%s, 'w1', 1, 'x', p_dead_letter => true)", job)
+    before = conn.execute("select * from pyjobq.job").fetchall()
+    session = login_as(group)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        session.execute(call, {"job": job[0]})
+    assert conn.execute("select * from pyjobq.job").fetchall() == before

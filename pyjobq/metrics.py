@@ -33,6 +33,7 @@ class WorkerMetrics:
     claims: int = 0
     flushes: int = 0
     db_errors: int = 0
+    hook_errors: int = 0
     latency_seconds_total: float = 0.0
     latency_seconds_max: float = 0.0
 
@@ -51,7 +52,9 @@ class WorkerMetrics:
 class WorkerHooks:
     """Subclass and pass to a Worker to observe jobs; every method is a no-op here.
 
-    Hooks run on the worker's event loop and must not block.
+    Hooks run on the worker's event loop and must not block. What a hook raises is logged
+    (``hook ... raised``, with the job) and counted in ``WorkerMetrics.hook_errors``; it
+    changes neither the job's outcome nor the worker.
     """
 
     def on_job_start(self, job: ClaimedJob) -> None:

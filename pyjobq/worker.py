@@ -360,7 +360,7 @@ class Worker:
             await self._wait_runners(runners, hard)
             for held in list(self._running):
                 self.abandoned += 1
-                self.hooks.on_job_end(held.job, "abandoned", None)
+                self._hook(self.hooks.on_job_end, held.job, "abandoned", None)
                 log.warning(
                     "job still running at shutdown: left to its lease",
                     extra=self._extra(held.job),
@@ -542,7 +542,7 @@ class Worker:
         job = held.job
         self.metrics.started += 1
         self.metrics.observe_latency(max(0.0, (datetime.now(UTC) - job.run_after).total_seconds()))
-        self.hooks.on_job_start(job)
+        self._hook(self.hooks.on_job_start, job)
         handler = self.handlers[job.job_type]
         try:
             if self.job_timeout is None:
@@ -591,9 +591,23 @@ class Worker:
             if len(self._done) >= self._flush_at:
                 self._flush_now.set()
 
+    def _hook(self, hook: Callable[..., None], job: ClaimedJob, *args: Any) -> None:
+        """Call one of the user's hooks: what it raises is logged against the job, and neither
+        the job's outcome nor the worker depends on it."""
+        try:
+            hook(job, *args)
+        except (Exception, SystemExit) as e:
+            self.metrics.hook_errors += 1
+            log.error(
+                "hook %s raised",
+                hook.__name__,
+                exc_info=e,
+                extra=self._extra(job, error=str(e) or type(e).__name__),
+            )
+
     def _lost(self, held: _Held) -> None:
         self.metrics.lease_lost += 1
-        self.hooks.on_job_end(held.job, "lease_lost", None)
+        self._hook(self.hooks.on_job_end, held.job, "lease_lost", None)
         log.warning("lease lost: result dropped", extra=self._extra(held.job))
 
     async def _fail(
@@ -634,7 +648,7 @@ class Worker:
             self.metrics.dead += 1
         else:
             self.metrics.retried += 1
-        self.hooks.on_job_end(job, "dead" if dead else "retry", error)
+        self._hook(self.hooks.on_job_end, job, "dead" if dead else "retry", error)
         log.warning(
             "job failed: %s",
             "dead" if dead else f"retry at {outcome.run_after.isoformat()}",
@@ -723,7 +737,7 @@ class Worker:
         for held in batch:
             if held.job.job_id in completed:
                 self.metrics.completed += 1
-                self.hooks.on_job_end(held.job, "completed", None)
+                self._hook(self.hooks.on_job_end, held.job, "completed", None)
             else:
                 self._lost(held)
 

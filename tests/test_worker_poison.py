@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
+from pyjobq.metrics import WorkerHooks
 from pyjobq.storable import MAX_RESULT_BYTES
 from pyjobq.worker import Retry, Worker
 from tests.workerhelp import prepare, running, statuses, wait_for
@@ -130,6 +131,57 @@ def test_a_handler_calling_sys_exit_fails_its_job_only(dsn: str, db: Conn) -> No
         "select count(*) from pyjobq.job where job_type = 1 and status = 3 and job_id <> %s",
         (poison,),
     ).fetchone() == (GOOD,)
+
+
+def test_a_handler_whose_allocation_fails_fails_its_job_only(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            # A petabyte: malloc refuses it at once, so the test never strains the machine.
+            return {"s": bytearray(2**50)}
+        return {"n": job.payload["n"]}
+
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True})
+    with running(Worker(dsn, {JobType.SEARCH: handler}, concurrency=4)) as r:
+        wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
+        r.stop()
+    assert_good_jobs_done_once(db, poison)
+    (last_error,) = db.execute(
+        "select last_error from pyjobq.job where job_id = %s", (poison,)
+    ).fetchone()
+    assert "MemoryError" in last_error
+
+
+class RaisingHooks(WorkerHooks):
+    """Hooks that raise on every call, from a user's bug or a metrics backend that is down."""
+
+    def on_job_start(self, job: ClaimedJob) -> None:
+        raise RuntimeError(f"start hook broken for {job.payload['n']}")
+
+    def on_job_end(self, job: ClaimedJob, outcome: str, error: BaseException | None) -> None:
+        raise SystemExit("end hook called sys.exit")
+
+
+def test_hooks_that_raise_change_no_outcome_and_stop_no_worker(
+    dsn: str, db: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("poison"):
+            raise ValueError("the poison job fails as it would without hooks")
+        return {"n": job.payload["n"]}
+
+    poison = enqueue_with_poison(db, {"n": -1, "poison": True})
+    caplog.set_level(logging.ERROR, logger="pyjobq.worker")
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=4, hooks=RaisingHooks())
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
+        metrics = r.stop()
+    assert_good_jobs_done_once(db, poison)
+    assert (metrics.completed, metrics.dead) == (GOOD, 1)
+    # Both hooks of every job were called and raised; each raise is one logged line.
+    assert metrics.hook_errors == 2 * (GOOD + 1)
+    hook_lines = [r for r in caplog.records if r.getMessage().startswith("hook ")]
+    assert len(hook_lines) == 2 * (GOOD + 1)
+    assert all(hasattr(r, "job_id") for r in hook_lines)
 
 
 def test_a_retry_delay_out_of_range_keeps_the_default_backoff(dsn: str, db: Conn) -> None:

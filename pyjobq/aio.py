@@ -1,4 +1,9 @@
-"""``AsyncJobQueue``: the asyncio twin of :class:`pyjobq.queue.JobQueue`, method for method."""
+"""``AsyncJobQueue``: the typed asyncio binding of the pyjobq SQL functions.
+
+This is the source of both bindings: ``scripts/async-to-sync`` writes the synchronous
+:class:`pyjobq.queue.JobQueue` from it, and a test checks that the committed file is what it
+writes.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,9 @@ from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from pyjobq import statements as sql
-from pyjobq.errors import translate
-from pyjobq.queue import Payload, jsonb, jsonb_array, jsonb_document, optional_list
+from pyjobq import statements
+from pyjobq.errors import translated
+from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
     ClaimedJob,
     Completion,
@@ -32,13 +37,15 @@ T = TypeVar("T")
 
 
 class AsyncJobQueue:
-    """Calls the ``pyjobq.job_*`` SQL functions from asyncio, one statement per method.
+    """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
-    Same methods, parameters, defaults and results as :class:`~pyjobq.queue.JobQueue`
-    (see there). Given a :class:`psycopg.AsyncConnection`, calls run inside the
-    caller's transaction and commit nothing; given a
-    :class:`psycopg_pool.AsyncConnectionPool`, each call takes a connection and
-    commits on return.
+    Given a :class:`psycopg.AsyncConnection`, every call runs on it inside whatever
+    transaction the caller has open and commits nothing (enqueue a job in the
+    same transaction as the business row it belongs to: a rollback removes
+    both). Given a :class:`psycopg_pool.AsyncConnectionPool`, every call takes a
+    connection and commits on return. Defaults are the SQL functions' own:
+    ``None`` means "the default". SQL errors come out as the classes in
+    :mod:`pyjobq.errors`.
     """
 
     def __init__(self, source: psycopg.AsyncConnection[Any] | AsyncConnectionPool) -> None:
@@ -53,27 +60,32 @@ class AsyncJobQueue:
             yield self._source
 
     async def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
-        # Binary results, as in JobQueue._rows.
-        try:
-            async with (
-                self._connection() as conn,
-                conn.cursor(row_factory=class_row(row), binary=True) as cur,
-            ):
-                await cur.execute(query, params)
-                return await cur.fetchall()
-        except psycopg.Error as e:
-            raise translate(e) from e
+        # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and
+        # enqueue_many returns one per job.
+        async with (
+            translated(),
+            self._connection() as conn,
+            conn.cursor(row_factory=class_row(row), binary=True) as cur,
+        ):
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+    async def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
+        rows = await self._rows(row, query, params)
+        return rows[0]
 
     async def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
-        try:
-            async with self._connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
-                await cur.execute(query, params)
-                return await cur.fetchall()
-        except psycopg.Error as e:
-            raise translate(e) from e
+        async with (
+            translated(),
+            self._connection() as conn,
+            conn.cursor(row_factory=scalar_row) as cur,
+        ):
+            await cur.execute(query, params)
+            return await cur.fetchall()
 
     async def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
-        return (await self._column(query, params))[0]
+        values = await self._column(query, params)
+        return values[0]
 
     async def enqueue(
         self,
@@ -86,7 +98,7 @@ class AsyncJobQueue:
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job holding ``dedupe_key``."""
         params = (job_type, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
-        return (await self._rows(Enqueued, sql.ENQUEUE, params))[0]
+        return await self._one(Enqueued, statements.ENQUEUE, params)
 
     async def enqueue_many(
         self,
@@ -97,10 +109,13 @@ class AsyncJobQueue:
         run_after: datetime | None = None,
         max_attempts: int | None = None,
     ) -> list[Enqueued]:
-        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip."""
+        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip.
+
+        Returns one :class:`Enqueued` per payload, in input order.
+        """
         keys = optional_list(dedupe_keys)
         params = (job_type, jsonb_document(payloads), keys, priority, run_after, max_attempts)
-        return await self._rows(Enqueued, sql.ENQUEUE_MANY, params)
+        return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
     async def claim(
         self,
@@ -109,15 +124,23 @@ class AsyncJobQueue:
         lease_seconds: int | None = None,
         job_types: Sequence[int] | None = None,
     ) -> list[ClaimedJob]:
-        """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``."""
+        """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``.
+
+        One ``UPDATE ... RETURNING`` over a ``FOR UPDATE SKIP LOCKED`` pick, so
+        concurrent claimers never get the same job. An empty list means nothing
+        is due.
+        """
         params = (worker_id, limit, lease_seconds, optional_list(job_types))
-        return await self._rows(ClaimedJob, sql.CLAIM, params)
+        return await self._rows(ClaimedJob, statements.CLAIM, params)
 
     async def complete(
         self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
     ) -> None:
-        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``."""
-        await self._scalar(sql.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``.
+
+        Raises :class:`~pyjobq.errors.LeaseLost` when it no longer does.
+        """
+        await self._scalar(statements.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
 
     async def complete_many(
         self,
@@ -126,9 +149,13 @@ class AsyncJobQueue:
         attempts: Sequence[int],
         results: Sequence[Payload | Jsonb | None] | None = None,
     ) -> list[Completion]:
-        """``job_complete_many``: complete up to 10000 held jobs in one round trip."""
+        """``job_complete_many``: complete up to 10000 held jobs in one round trip.
+
+        Jobs no longer held are left alone and reported with ``completed=False``; an
+        attempt this holder already completed (a retry after a lost reply) with ``True``.
+        """
         params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
-        return await self._rows(Completion, sql.COMPLETE_MANY, params)
+        return await self._rows(Completion, statements.COMPLETE_MANY, params)
 
     async def fail(
         self,
@@ -139,33 +166,37 @@ class AsyncJobQueue:
         retry_delay_seconds: float | None = None,
         dead_letter: bool | None = None,
     ) -> FailOutcome:
-        """``job_fail``: record a failed attempt (PENDING after a backoff, or DEAD)."""
+        """``job_fail``: record a failed attempt.
+
+        The job is PENDING again after the backoff (or ``retry_delay_seconds``)
+        while attempts remain, otherwise (or with ``dead_letter``) DEAD.
+        """
         params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
-        return (await self._rows(FailOutcome, sql.FAIL, params))[0]
+        return await self._one(FailOutcome, statements.FAIL, params)
 
     async def renew_lease(
         self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
     ) -> datetime:
-        """``job_renew_lease``: push a held lease forward; returns the new lease end."""
+        """``job_renew_lease``: extend the lease of a held attempt; returns the new lease end."""
         params = (job_id, worker_id, attempt, lease_seconds)
-        lease_until: datetime = await self._scalar(sql.RENEW_LEASE, params)
+        lease_until: datetime = await self._scalar(statements.RENEW_LEASE, params)
         return lease_until
 
     async def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
         """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
-        await self._scalar(sql.RELEASE, (job_id, worker_id, attempt))
+        await self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
 
     async def reap(self, limit: int | None = None) -> list[ReapedJob]:
         """``job_reap``: take back RUNNING jobs whose lease expired (retry later, or DEAD)."""
-        return await self._rows(ReapedJob, sql.REAP, (limit,))
+        return await self._rows(ReapedJob, statements.REAP, (limit,))
 
     async def counts(self) -> list[CountRow]:
         """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
-        return await self._rows(CountRow, sql.COUNTS, ())
+        return await self._rows(CountRow, statements.COUNTS, ())
 
     async def get(self, job_id: UUID) -> JobInfo | None:
         """``job_get``: the job with its payload, result and last error; None if there is none."""
-        rows = await self._rows(JobInfo, sql.GET, (job_id,))
+        rows = await self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
 
     async def redrive(
@@ -175,22 +206,26 @@ class AsyncJobQueue:
         limit: int | None = None,
     ) -> list[UUID]:
         """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
-        return await self._column(sql.REDRIVE, (optional_list(job_ids), job_type, limit))
+        params = (optional_list(job_ids), job_type, limit)
+        return await self._column(statements.REDRIVE, params)
 
     async def prune(self, older_than: timedelta, limit: int | None = None) -> int:
-        """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``."""
-        deleted: int = await self._scalar(sql.PRUNE, (older_than, limit))
+        """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``.
+
+        Returns how many were deleted; call again until it returns less than the limit.
+        """
+        deleted: int = await self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
 
-    async def register_type(self, job_type: int, name: str) -> RegisteredType:
+    async def type_register(self, job_type: int, name: str) -> RegisteredType:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
-        return (await self._rows(RegisteredType, sql.TYPE_REGISTER, (job_type, name)))[0]
+        return await self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
 
     async def types(self) -> list[JobTypeInfo]:
         """``job_types``: the registered job type codes and names."""
-        return await self._rows(JobTypeInfo, sql.TYPES, ())
+        return await self._rows(JobTypeInfo, statements.TYPES, ())
 
     async def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""
-        version: int = await self._scalar(sql.SCHEMA_VERSION, ())
+        version: int = await self._scalar(statements.SCHEMA_VERSION, ())
         return version

@@ -521,7 +521,7 @@ def types(ctx: click.Context, dsn: str | None) -> None:
 def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) -> None:
     """Register job type CODE (1..32767) under NAME; a no-op when already so registered."""
     with queue(dsn or ctx.obj) as q:
-        row = q.register_type(code, name)
+        row = q.type_register(code, name)
     click.echo(
         f"{row.job_type}\t{row.name}\t{'registered' if row.created else 'already registered'}"
     )

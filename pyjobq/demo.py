@@ -29,7 +29,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
-from pyjobq.queue import JobQueue, Payload
+from pyjobq.params import Payload
+from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, JobType
 from pyjobq.worker import DeadLetter, Retry
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from types import TracebackType
+
 import psycopg
 
 
 class PyjobqError(Exception):
     """Base class of every error a pyjobq function reports.
 
-    ``sqlstate`` is the code PostgreSQL returned and ``hint`` its HINT, when any;
-    the original :class:`psycopg.Error` is kept as ``__cause__``.
+    The class attribute ``sqlstate`` is the code a class stands for; on an instance it is
+    the code PostgreSQL returned, and ``hint`` its HINT, when any. The original
+    :class:`psycopg.Error` is kept as ``__cause__``.
     """
 
     sqlstate: str | None = None
@@ -35,6 +38,8 @@ class LockTimeout(PyjobqError):
     Nothing was changed; retrying later is safe.
     """
 
+    sqlstate = "55P03"
+
 
 class SchemaTooNew(PyjobqError):
     """The database's pyjobq schema is newer than this package knows: upgrade the package.
@@ -55,44 +60,81 @@ class LeaseLost(JobStateError):
     result must be dropped.
     """
 
+    sqlstate = "JQ001"
+
 
 class JobNotFound(JobStateError, LookupError):
     """JQ002: no job has this id (never existed, or pruned)."""
+
+    sqlstate = "JQ002"
 
 
 class JobAlreadyFinished(JobStateError):
     """JQ003: the caller's own attempt already completed or failed the job."""
 
+    sqlstate = "JQ003"
+
 
 class JobTypeConflict(JobStateError):
     """JQ004: the job type code or name is already registered to another."""
 
+    sqlstate = "JQ004"
+
 
 _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
-    "JQ001": LeaseLost,
-    "JQ002": JobNotFound,
-    "JQ003": JobAlreadyFinished,
-    "JQ004": JobTypeConflict,
-    "55P03": LockTimeout,
+    cls.sqlstate: cls
+    for cls in (LeaseLost, JobNotFound, JobAlreadyFinished, JobTypeConflict, LockTimeout)
+    if cls.sqlstate is not None
 }
 
 
-def translate(error: psycopg.Error) -> Exception:
-    """Return the pyjobq exception for ``error``, or ``error`` itself when it is none of ours.
+def translate(error: psycopg.Error) -> PyjobqError | None:
+    """The pyjobq exception for ``error``, or None when it is none of pyjobq's.
 
-    Use as ``raise translate(e) from e``: argument errors (class 22) and values
-    beyond PostgreSQL's limits (class 54, e.g. JSON nested too deep) become
-    :class:`InvalidArgument`, the JQ codes their own classes.
+    Argument errors (class 22) and values beyond PostgreSQL's limits (class 54, e.g. JSON
+    nested too deep) become :class:`InvalidArgument`, the JQ codes their own classes and
+    55P03 :class:`LockTimeout`; anything else (a lost connection, a missing privilege) is
+    left to psycopg's own classes.
     """
     sqlstate = error.sqlstate
     if sqlstate is None:
-        return error
+        return None
     cls = _BY_SQLSTATE.get(sqlstate)
     if cls is None and sqlstate.startswith(("22", "54")):
         cls = InvalidArgument
     if cls is None and sqlstate.startswith("JQ"):
         cls = JobStateError
     if cls is None:
-        return error
+        return None
     diag = error.diag
     return cls(diag.message_primary or str(error), sqlstate=sqlstate, hint=diag.message_hint)
+
+
+class translated:  # a lower-case name: it reads like contextlib.suppress()
+    """A block whose psycopg errors come out as pyjobq's exception (the psycopg error as its
+    ``__cause__``) when they are pyjobq's, and unchanged otherwise; ``with`` or ``async with``."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(error, psycopg.Error):
+            ours = translate(error)
+            if ours is not None:
+                raise ours from error
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.__exit__(kind, error, traceback)

@@ -1,8 +1,9 @@
-"""``JobQueue``: the typed, synchronous binding of the pyjobq SQL functions."""
+# Generated from pyjobq/aio.py by scripts/async_to_sync.py: edit that file, then run this script.
+"""``JobQueue``: the typed synchronous binding of the pyjobq SQL functions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, LiteralString, TypeVar
@@ -13,8 +14,9 @@ from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from pyjobq import statements as sql
-from pyjobq.errors import translate
+from pyjobq import statements
+from pyjobq.errors import translated
+from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
     ClaimedJob,
     Completion,
@@ -28,29 +30,6 @@ from pyjobq.rows import (
 )
 
 T = TypeVar("T")
-
-Payload = Mapping[str, Any]
-
-
-def jsonb(value: Payload | Jsonb | None) -> Jsonb | None:
-    """Wrap a JSON object for a ``jsonb`` parameter; ``None`` stays SQL null, and a value
-    already wrapped (e.g. by :func:`pyjobq.storable.encode_result`) is sent as it is."""
-    return value if value is None or isinstance(value, Jsonb) else Jsonb(value)
-
-
-def jsonb_array(values: Sequence[Payload | Jsonb | None] | None) -> list[Jsonb | None] | None:
-    """Wrap JSON objects for a ``jsonb[]`` parameter; ``None`` stays SQL null."""
-    return None if values is None else [jsonb(v) for v in values]
-
-
-def jsonb_document(values: Sequence[Payload]) -> Jsonb:
-    """JSON objects as one ``jsonb`` array document (see ``statements.ENQUEUE_MANY``)."""
-    return Jsonb(list(values))
-
-
-def optional_list(values: Sequence[T] | None) -> list[T] | None:
-    """A sequence as the list psycopg sends as an SQL array; ``None`` stays SQL null."""
-    return None if values is None else list(values)
 
 
 class JobQueue:
@@ -79,26 +58,30 @@ class JobQueue:
     def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
         # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and
         # enqueue_many returns one per job.
-        try:
-            with (
-                self._connection() as conn,
-                conn.cursor(row_factory=class_row(row), binary=True) as cur,
-            ):
-                cur.execute(query, params)
-                return cur.fetchall()
-        except psycopg.Error as e:
-            raise translate(e) from e
+        with (
+            translated(),
+            self._connection() as conn,
+            conn.cursor(row_factory=class_row(row), binary=True) as cur,
+        ):
+            cur.execute(query, params)
+            return cur.fetchall()
+
+    def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
+        rows = self._rows(row, query, params)
+        return rows[0]
 
     def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
-        try:
-            with self._connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
-                cur.execute(query, params)
-                return cur.fetchall()
-        except psycopg.Error as e:
-            raise translate(e) from e
+        with (
+            translated(),
+            self._connection() as conn,
+            conn.cursor(row_factory=scalar_row) as cur,
+        ):
+            cur.execute(query, params)
+            return cur.fetchall()
 
     def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
-        return self._column(query, params)[0]
+        values = self._column(query, params)
+        return values[0]
 
     def enqueue(
         self,
@@ -111,7 +94,7 @@ class JobQueue:
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job holding ``dedupe_key``."""
         params = (job_type, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
-        return self._rows(Enqueued, sql.ENQUEUE, params)[0]
+        return self._one(Enqueued, statements.ENQUEUE, params)
 
     def enqueue_many(
         self,
@@ -126,15 +109,9 @@ class JobQueue:
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
-        params = (
-            job_type,
-            jsonb_document(payloads),
-            optional_list(dedupe_keys),
-            priority,
-            run_after,
-            max_attempts,
-        )
-        return self._rows(Enqueued, sql.ENQUEUE_MANY, params)
+        keys = optional_list(dedupe_keys)
+        params = (job_type, jsonb_document(payloads), keys, priority, run_after, max_attempts)
+        return self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
     def claim(
         self,
@@ -150,7 +127,7 @@ class JobQueue:
         is due.
         """
         params = (worker_id, limit, lease_seconds, optional_list(job_types))
-        return self._rows(ClaimedJob, sql.CLAIM, params)
+        return self._rows(ClaimedJob, statements.CLAIM, params)
 
     def complete(
         self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
@@ -159,7 +136,7 @@ class JobQueue:
 
         Raises :class:`~pyjobq.errors.LeaseLost` when it no longer does.
         """
-        self._scalar(sql.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+        self._scalar(statements.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
 
     def complete_many(
         self,
@@ -174,7 +151,7 @@ class JobQueue:
         attempt this holder already completed (a retry after a lost reply) with ``True``.
         """
         params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
-        return self._rows(Completion, sql.COMPLETE_MANY, params)
+        return self._rows(Completion, statements.COMPLETE_MANY, params)
 
     def fail(
         self,
@@ -191,32 +168,31 @@ class JobQueue:
         while attempts remain, otherwise (or with ``dead_letter``) DEAD.
         """
         params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
-        return self._rows(FailOutcome, sql.FAIL, params)[0]
+        return self._one(FailOutcome, statements.FAIL, params)
 
     def renew_lease(
         self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
     ) -> datetime:
         """``job_renew_lease``: extend the lease of a held attempt; returns the new lease end."""
-        lease_until: datetime = self._scalar(
-            sql.RENEW_LEASE, (job_id, worker_id, attempt, lease_seconds)
-        )
+        params = (job_id, worker_id, attempt, lease_seconds)
+        lease_until: datetime = self._scalar(statements.RENEW_LEASE, params)
         return lease_until
 
     def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
         """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
-        self._scalar(sql.RELEASE, (job_id, worker_id, attempt))
+        self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
 
     def reap(self, limit: int | None = None) -> list[ReapedJob]:
         """``job_reap``: take back RUNNING jobs whose lease expired (retry later, or DEAD)."""
-        return self._rows(ReapedJob, sql.REAP, (limit,))
+        return self._rows(ReapedJob, statements.REAP, (limit,))
 
     def counts(self) -> list[CountRow]:
         """``job_counts``: jobs per type and status, with the oldest due age and expired leases."""
-        return self._rows(CountRow, sql.COUNTS, ())
+        return self._rows(CountRow, statements.COUNTS, ())
 
     def get(self, job_id: UUID) -> JobInfo | None:
         """``job_get``: the job with its payload, result and last error; None if there is none."""
-        rows = self._rows(JobInfo, sql.GET, (job_id,))
+        rows = self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
 
     def redrive(
@@ -226,25 +202,26 @@ class JobQueue:
         limit: int | None = None,
     ) -> list[UUID]:
         """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
-        return self._column(sql.REDRIVE, (optional_list(job_ids), job_type, limit))
+        params = (optional_list(job_ids), job_type, limit)
+        return self._column(statements.REDRIVE, params)
 
     def prune(self, older_than: timedelta, limit: int | None = None) -> int:
         """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``.
 
         Returns how many were deleted; call again until it returns less than the limit.
         """
-        deleted: int = self._scalar(sql.PRUNE, (older_than, limit))
+        deleted: int = self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
 
-    def register_type(self, job_type: int, name: str) -> RegisteredType:
+    def type_register(self, job_type: int, name: str) -> RegisteredType:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
-        return self._rows(RegisteredType, sql.TYPE_REGISTER, (job_type, name))[0]
+        return self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
 
     def types(self) -> list[JobTypeInfo]:
         """``job_types``: the registered job type codes and names."""
-        return self._rows(JobTypeInfo, sql.TYPES, ())
+        return self._rows(JobTypeInfo, statements.TYPES, ())
 
     def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""
-        version: int = self._scalar(sql.SCHEMA_VERSION, ())
+        version: int = self._scalar(statements.SCHEMA_VERSION, ())
         return version

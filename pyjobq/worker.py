@@ -63,7 +63,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.errors import InvalidArgument, JobStateError, LeaseLost, LockTimeout, PyjobqError
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
 from pyjobq.migrate import check_schema_version
-from pyjobq.queue import Payload
+from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
 from pyjobq.storable import UnstorableResult, encode_result, storable_text
 

@@ -57,7 +57,7 @@ def test_async_lifecycle_on_the_database_the_sync_binding_sees(dsn: str, conn: C
             assert await q.reap() == []
             assert await q.redrive([failed.job_id]) == [failed.job_id]
             assert await q.prune(timedelta(days=1)) == 0
-            assert (await q.register_type(77, "REPORT")).created
+            assert (await q.type_register(77, "REPORT")).created
             assert [t.name for t in await q.types()] == [t.name for t in sync.types()]
             tally = [(c.job_type, c.status, c.jobs) for c in await q.counts()]
             assert tally == [(c.job_type, c.status, c.jobs) for c in sync.counts()]

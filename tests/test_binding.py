@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -27,8 +30,10 @@ from pyjobq import (
     JobType,
     JobTypeConflict,
     LeaseLost,
+    PyjobqError,
     statements,
 )
+from pyjobq.errors import translate
 from pyjobq.migrate import shipped_migrations
 from pyjobq.rows import JobInfo, JobTypeInfo, ReapedJob, RegisteredType
 from tests.sqlhelp import FROZEN, freeze
@@ -81,7 +86,7 @@ def test_sqlstates_become_typed_exceptions_with_cause_and_hint(conn: Conn) -> No
     with pytest.raises(JobAlreadyFinished):
         q.complete(job_id, "w1", 1)
     with pytest.raises(JobTypeConflict):
-        q.register_type(1, "NOT_SEARCH")
+        q.type_register(1, "NOT_SEARCH")
 
 
 def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
@@ -132,7 +137,7 @@ def test_reap_redrive_prune_and_types(conn: Conn) -> None:
     q.complete(job.job_id, "w2", job.attempt)
     freeze(conn, FROZEN + timedelta(days=30))
     assert q.prune(timedelta(days=7)) == 1
-    registered = q.register_type(10, "THUMBNAIL")
+    registered = q.type_register(10, "THUMBNAIL")
     assert registered.created
     assert [t.name for t in q.types()] == ["SEARCH", "OUTBOX", "THUMBNAIL"]
 
@@ -165,6 +170,40 @@ def test_a_pool_commits_each_call(dsn: str, conn: Conn) -> None:
     assert conn.execute(
         "select status from pyjobq.job where job_id = %s", (job_id,)
     ).fetchone() == (JobStatus.DONE,)
+
+
+def test_errors_that_are_not_pyjobqs_come_out_unchanged(conn: Conn) -> None:
+    q = JobQueue(conn)
+    conn.execute("set role pyjobq_observer")  # may read counts, may not enqueue
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+        q.enqueue(JobType.OUTBOX)
+    # Raised as psycopg raised it: not wrapped, and not made its own cause.
+    assert refused.value.__cause__ is None
+    assert translate(refused.value) is None
+
+
+@pytest.mark.parametrize(
+    "cls", [LeaseLost, JobNotFound, JobAlreadyFinished, JobTypeConflict, pyjobq.LockTimeout]
+)
+def test_each_error_class_is_what_its_declared_sqlstate_becomes(
+    conn: Conn, cls: type[PyjobqError]
+) -> None:
+    assert cls.sqlstate is not None
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(
+            "do $$ begin raise exception 'x' using errcode = '" + cls.sqlstate + "'; end $$"
+        )
+    translated = translate(raised.value)
+    assert type(translated) is cls
+    assert translated.sqlstate == cls.sqlstate
+
+
+def test_the_sync_binding_is_generated_from_the_async_one() -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "async_to_sync.py"
+    checked = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr
 
 
 ROW_STATEMENTS = [

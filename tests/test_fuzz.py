@@ -343,11 +343,11 @@ def test_reap_redrive_prune(attempt: Any, background: Background) -> None:
     check()
 
 
-def test_register_type_and_readers(conn: Conn, attempt: Any) -> None:
+def test_type_register_and_readers(conn: Conn, attempt: Any) -> None:
     @FUZZ
     @given(ints, texts)
     def check(code: Any, name: Any) -> None:
-        out = attempt(lambda q: q.register_type(code, name))
+        out = attempt(lambda q: q.type_register(code, name))
         assert not out.changed
         if out.error is None:
             assert (out.result.job_type, out.result.name) == (code, name)

@@ -12,7 +12,7 @@ import time
 
 import psycopg
 
-from pyjobq.queue import Payload
+from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob
 
 DSN_ENV = "PYJOBQ_TEST_DSN"

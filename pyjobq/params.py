@@ -1,0 +1,33 @@
+"""How the bindings send Python values as parameters of the SQL functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from psycopg.types.json import Jsonb
+
+T = TypeVar("T")
+
+Payload = Mapping[str, Any]
+
+
+def jsonb(value: Payload | Jsonb | None) -> Jsonb | None:
+    """Wrap a JSON object for a ``jsonb`` parameter; ``None`` stays SQL null, and a value
+    already wrapped (e.g. by :func:`pyjobq.storable.encode_result`) is sent as it is."""
+    return value if value is None or isinstance(value, Jsonb) else Jsonb(value)
+
+
+def jsonb_array(values: Sequence[Payload | Jsonb | None] | None) -> list[Jsonb | None] | None:
+    """Wrap JSON objects for a ``jsonb[]`` parameter; ``None`` stays SQL null."""
+    return None if values is None else [jsonb(v) for v in values]
+
+
+def jsonb_document(values: Sequence[Payload]) -> Jsonb:
+    """JSON objects as one ``jsonb`` array document (see ``statements.ENQUEUE_MANY``)."""
+    return Jsonb(list(values))
+
+
+def optional_list(values: Sequence[T] | None) -> list[T] | None:
+    """A sequence as the list psycopg sends as an SQL array; ``None`` stays SQL null."""
+    return None if values is None else list(values)

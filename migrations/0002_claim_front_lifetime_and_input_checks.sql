@@ -18,6 +18,10 @@
 -- job_get: one job with its payload, result and last error, for producers and
 -- admins (observers see counts only).
 --
+-- job_renew_lease_many and job_release_many: a worker's heartbeat and its
+-- shutdown release are one call per round, not one per job; job_renew_lease
+-- and job_release are the one-job case of each.
+--
 -- The clock: only the schema owner's sessions may freeze it with
 -- pyjobq.fake_now (any other role gets 42501), and never at a time that is
 -- not finite (22023).
@@ -568,13 +572,9 @@ begin
   p_results := pyjobq._check_array('p_results', p_results);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  if coalesce(cardinality(p_attempts), 0) <> v_count
-     or (p_results is not null and cardinality(p_results) <> v_count) then
-    raise exception 'p_attempts and p_results must have as many elements as p_job_ids'
-      using errcode = '22023',
-            detail = format('p_job_ids has %s, p_attempts %s, p_results %s.',
-                            v_count, cardinality(p_attempts), coalesce(cardinality(p_results)::text, 'null')),
-            hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  if p_results is not null then  -- null: no results; else one, possibly null, per job
+    perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
   end if;
 
   return query
@@ -833,8 +833,205 @@ comment on function pyjobq.job_prune(interval, int) is
   'and returns how many it deleted; call it again until it returns less than p_limit.';
 
 
+create function pyjobq._check_same_length(p_name text, p_length int, p_expected int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_length <> p_expected then
+    raise exception '% must have as many elements as p_job_ids', p_name
+      using errcode = '22023',
+            detail = format('p_job_ids has %s, %s %s.', p_expected, p_name, p_length),
+            hint = 'Pass one element per job, in the order of p_job_ids.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_same_length(text, int, int) is
+  'Raises 22023 naming p_name when its array length p_length differs from p_job_ids'' p_expected.';
+
+create function pyjobq.job_renew_lease_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_seconds int default null
+)
+returns table (job_id uuid, renewed boolean, lease_until timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- Each job found by its primary key whatever the statistics say, as in
+-- job_complete_many.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  return query
+  with input as (
+    select u.id, u.attempt, u.ord
+      from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+  ), renewed as (
+    update pyjobq.job j
+       set lease_until = v_now + make_interval(secs => v_lease),
+           updated_at = v_now
+      from (select distinct i.id, i.attempt from input i) f
+     where j.job_id = f.id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts, j.lease_until
+  )
+  select i.id, r.job_id is not null, r.lease_until
+    from input i
+    left join renewed r on r.job_id = i.id and r.attempts = i.attempt
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
+  'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
+  'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
+  'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
+  'unchanged). A holder whose lease expired but was not yet reaped still holds the job.';
+
+create or replace function pyjobq.job_renew_lease(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_seconds int default null
+)
+returns timestamptz
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_lease_until timestamptz;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  select r.lease_until
+    into v_lease_until
+    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+  if v_lease_until is null then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  return v_lease_until;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
+  'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
+  'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'A holder whose lease expired but was not yet reaped still holds the job.';
+
+create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+returns table (job_id uuid, released boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_any boolean := false;
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  for job_id, released in
+    with input as (
+      select u.id, u.attempt, u.ord
+        from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+    ), given_back as (
+      update pyjobq.job j
+         set status = 1,
+             attempts = j.attempts - 1,
+             worker_id = null,
+             lease_until = null,
+             updated_at = v_now
+        from (select distinct i.id, i.attempt from input i) f
+       where j.job_id = f.id
+         and j.status = 2
+         and j.worker_id = p_worker_id
+         and j.attempts = f.attempt
+      returning j.job_id, j.attempts + 1 as attempt
+    )
+    select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
+      from input i
+     order by i.ord
+  loop
+    v_any := v_any or released;
+    return next;
+  end loop;
+  if v_any then
+    perform nextval('pyjobq.job_claim_epoch');  -- back at their old places, before claim fronts
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release_many(text, uuid[], int[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
+  'again at its old place in the queue, attempts - 1. Returns every input job id, in input order, with '
+  'released = false for a job no longer held (left unchanged).';
+
+create or replace function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  if not (select r.released
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt]) r) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release(uuid, text, int) is
+  'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
+  'PENDING again at its old place in the queue, attempts - 1. Raises JQ001/JQ002/JQ003 like job_complete.';
+
 revoke all on function pyjobq._check_array(text, anyarray) from public;
 revoke all on function pyjobq._redrive_rows(uuid[], timestamptz) from public;
+revoke all on function pyjobq._check_same_length(text, int, int) from public;
+revoke all on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) from public;
+revoke all on function pyjobq.job_release_many(text, uuid[], int[]) from public;
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (
@@ -930,7 +1127,9 @@ begin
     pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
     pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
     pyjobq.job_renew_lease(uuid, text, int, int),
+    pyjobq.job_renew_lease_many(text, uuid[], int[], int),
     pyjobq.job_release(uuid, text, int),
+    pyjobq.job_release_many(text, uuid[], int[]),
     pyjobq.job_reap(int)
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
@@ -945,6 +1144,8 @@ begin
     to pyjobq_admin;
 end;
 $$;
+
+revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '

@@ -25,6 +25,8 @@ from pyjobq.rows import (
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
+    Release,
+    Renewal,
 )
 
 __all__ = [
@@ -49,6 +51,8 @@ __all__ = [
     "PyjobqError",
     "ReapedJob",
     "RegisteredType",
+    "Release",
+    "Renewal",
     "SchemaTooNew",
     "migrate",
 ]

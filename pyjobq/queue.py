@@ -27,6 +27,8 @@ from pyjobq.rows import (
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
+    Release,
+    Renewal,
 )
 
 T = TypeVar("T")
@@ -178,9 +180,35 @@ class JobQueue:
         lease_until: datetime = self._scalar(statements.RENEW_LEASE, params)
         return lease_until
 
+    def renew_lease_many(
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        lease_seconds: int | None = None,
+    ) -> list[Renewal]:
+        """``job_renew_lease_many``: renew up to 10000 held leases in one round trip.
+
+        Returns one :class:`Renewal` per job, in input order; a job no longer held is left
+        alone and reported with ``renewed=False``.
+        """
+        params = (worker_id, list(job_ids), list(attempts), lease_seconds)
+        return self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
+
     def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
         """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
         self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
+
+    def release_many(
+        self, worker_id: str, job_ids: Sequence[UUID], attempts: Sequence[int]
+    ) -> list[Release]:
+        """``job_release_many``: give up to 10000 held, unstarted attempts back in one round trip.
+
+        Returns one :class:`Release` per job, in input order; ``released=False`` for a job no
+        longer held (left alone).
+        """
+        params = (worker_id, list(job_ids), list(attempts))
+        return self._rows(Release, statements.RELEASE_MANY, params)
 
     def reap(self, limit: int | None = None) -> list[ReapedJob]:
         """``job_reap``: take back RUNNING jobs whose lease expired (retry later, or DEAD)."""

@@ -58,6 +58,24 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class Renewal:
+    """A row of ``job_renew_lease_many``: ``renewed`` is false, and ``lease_until`` None, for an
+    attempt no longer held."""
+
+    job_id: UUID
+    renewed: bool
+    lease_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A row of ``job_release_many``: ``released`` is false for an attempt no longer held."""
+
+    job_id: UUID
+    released: bool
+
+
+@dataclass(frozen=True, slots=True)
 class FailOutcome:
     """The row of ``job_fail``: PENDING with the retry time, or DEAD."""
 

@@ -38,7 +38,14 @@ FAIL: LiteralString = (
     "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::boolean)"
 )
 RENEW_LEASE: LiteralString = "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int)"
+RENEW_LEASE_MANY: LiteralString = (
+    "select job_id, renewed, lease_until from pyjobq.job_renew_lease_many("
+    "%s::text, %s::uuid[], %s::int[], %s::int)"
+)
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int)"
+RELEASE_MANY: LiteralString = (
+    "select job_id, released from pyjobq.job_release_many(%s::text, %s::uuid[], %s::int[])"
+)
 REAP: LiteralString = (
     "select job_id, job_type, status, worker_id, attempt, run_after from pyjobq.job_reap(%s::int)"
 )

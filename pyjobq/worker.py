@@ -86,6 +86,8 @@ PREFETCH_CAP_PER_RUNNER = 8
 DURATION_EWMA_WEIGHT = 0.05
 # job_complete_many calls in flight at once: one can run while the next batch fills.
 MAX_FLUSHES = 2
+# Jobs per job_complete_many / job_renew_lease_many / job_release_many call: their limit.
+MAX_BATCH = 10000
 
 # Errors that mean "the database cannot do this right now": retry with backoff. The
 # OperationalError family covers lost connections, 40001/40P01, 57014, 57P01 and 53300;
@@ -210,7 +212,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.reap_interval = reap_interval
         self.flush_delay = flush_delay
-        self.flush_batch = min(flush_batch, 10000)
+        self.flush_batch = min(flush_batch, MAX_BATCH)
         self.max_prefetch_age = lease_seconds * prefetch_lease_fraction
         self.shutdown_timeout = shutdown_timeout
         self.worker_id = worker_id or make_worker_id()
@@ -491,16 +493,16 @@ class Worker:
                     await asyncio.wait_for(self._notified.wait(), timeout)
 
     async def _release(self, held: list[_Held]) -> None:
-        for h in held:
+        """Give unstarted jobs back with ``job_release_many``, one call per ``MAX_BATCH``."""
+        for start in range(0, len(held), MAX_BATCH):
+            chunk = held[start : start + MAX_BATCH]
+            ids, attempts = [h.job.job_id for h in chunk], [h.job.attempt for h in chunk]
             for failures in range(1, 6):
                 try:
-                    await self._call(
-                        self.queue.release(h.job.job_id, self.worker_id, h.job.attempt)
-                    )
-                    self.metrics.released += 1
+                    rows = await self._call(self.queue.release_many(self.worker_id, ids, attempts))
+                    # A job not released was reaped meanwhile: nothing to give back.
+                    self.metrics.released += sum(r.released for r in rows)
                     break
-                except JobStateError:
-                    break  # reaped meanwhile: nothing to give back
                 except DATABASE_ERRORS as e:
                     if self._hard_stop.is_set():
                         return
@@ -759,38 +761,44 @@ class Worker:
                 for h in [*self._running, *self._done, *self._flushing]
                 if not h.lost and now - h.renewed_at > self.lease_seconds / 3
             ]
-            for n, held in enumerate(due):
-                error = await self._renew(held)
+            for start in range(0, len(due), MAX_BATCH):
+                error = await self._renew(due[start : start + MAX_BATCH])
                 if error is not None:
-                    # The database is away or refusing: the rest would fail alike, each
-                    # after its own wait. One line, and the next tick tries them all again.
+                    # The database is away or refusing: the rest would fail alike. One line,
+                    # and the next tick tries them all again.
                     log.warning(
                         "renew_lease failed, %d of %d leases not renewed this round: %s",
-                        len(due) - n,
+                        len(due) - start,
                         len(due),
                         str(error).strip() or type(error).__name__,
                         extra=self._extra(),
                     )
                     break
 
-    async def _renew(self, held: _Held) -> BaseException | None:
-        """Renew one lease; returns the database error that prevented it, if any."""
-        job = held.job
+    async def _renew(self, batch: list[_Held]) -> BaseException | None:
+        """Renew the leases of ``batch`` in one ``job_renew_lease_many`` call; returns the
+        database error that prevented it, if any."""
         started = time.monotonic()
         try:
-            await self._call(
-                self.queue.renew_lease(job.job_id, self.worker_id, job.attempt, self.lease_seconds)
+            rows = await self._call(
+                self.queue.renew_lease_many(
+                    self.worker_id,
+                    [h.job.job_id for h in batch],
+                    [h.job.attempt for h in batch],
+                    self.lease_seconds,
+                )
             )
-            held.renewed_at = started
-            self.metrics.renewed += 1
-        except LeaseLost:
-            held.lost = True
-            log.warning("lease lost while running", extra=self._extra(job))
-        except JobStateError as e:
-            held.lost = True
-            log.warning("lease not renewed: %s", e, extra=self._extra(job))
         except DATABASE_ERRORS as e:
             return e
+        for held, row in zip(batch, rows, strict=True):
+            if row.renewed:
+                held.renewed_at = started
+                self.metrics.renewed += 1
+            elif held in self._running:
+                held.lost = True
+                log.warning("lease lost while running", extra=self._extra(held.job))
+            # Not held and no longer running: its completion, maybe committed a moment ago,
+            # tells whether the lease was lost.
         return None
 
     async def _reaper(self) -> None:

@@ -10,10 +10,10 @@
 --
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
 --   job_claim                        -> RUNNING (2), attempts + 1, leased to a worker
---   job_renew_lease                  -> RUNNING, lease pushed forward (heartbeat)
+--   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail                         -> PENDING again after a backoff, or DEAD (4)
---   job_release                      -> PENDING again, the attempt given back (shutdown)
+--   job_release(_many)               -> PENDING again, the attempt given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_redrive                      -> DEAD back to PENDING with fresh attempts
 --   job_prune                        -> DONE and DEAD rows deleted after a while
@@ -276,6 +276,25 @@ $$;
 
 comment on function pyjobq._check_array(text, anyarray) is
   'Returns p_value renumbered from 1 when it starts elsewhere; raises 22023 when it has more than one dimension.';
+
+create function pyjobq._check_same_length(p_name text, p_length int, p_expected int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_length <> p_expected then
+    raise exception '% must have as many elements as p_job_ids', p_name
+      using errcode = '22023',
+            detail = format('p_job_ids has %s, %s %s.', p_expected, p_name, p_length),
+            hint = 'Pass one element per job, in the order of p_job_ids.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_same_length(text, int, int) is
+  'Raises 22023 naming p_name when its array length p_length differs from p_job_ids'' p_expected.';
 
 create function pyjobq._check_job_type(p_job_type int)
 returns void
@@ -955,13 +974,9 @@ begin
   p_results := pyjobq._check_array('p_results', p_results);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  if coalesce(cardinality(p_attempts), 0) <> v_count
-     or (p_results is not null and cardinality(p_results) <> v_count) then
-    raise exception 'p_attempts and p_results must have as many elements as p_job_ids'
-      using errcode = '22023',
-            detail = format('p_job_ids has %s, p_attempts %s, p_results %s.',
-                            v_count, cardinality(p_attempts), coalesce(cardinality(p_results)::text, 'null')),
-            hint = 'Pass p_results as null, or with a (possibly null) result for every job.';
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  if p_results is not null then  -- null: no results; else one, possibly null, per job
+    perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
   end if;
 
   return query
@@ -1069,6 +1084,66 @@ comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boo
 
 -- Leases ----------------------------------------------------------------------
 
+create function pyjobq.job_renew_lease_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_seconds int default null
+)
+returns table (job_id uuid, renewed boolean, lease_until timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- Each job found by its primary key whatever the statistics say, as in
+-- job_complete_many.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  return query
+  with input as (
+    select u.id, u.attempt, u.ord
+      from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+  ), renewed as (
+    update pyjobq.job j
+       set lease_until = v_now + make_interval(secs => v_lease),
+           updated_at = v_now
+      from (select distinct i.id, i.attempt from input i) f
+     where j.job_id = f.id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts, j.lease_until
+  )
+  select i.id, r.job_id is not null, r.lease_until
+    from input i
+    left join renewed r on r.job_id = i.id and r.attempts = i.attempt
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
+  'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
+  'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
+  'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
+  'unchanged). A holder whose lease expired but was not yet reaped still holds the job.';
+
 create function pyjobq.job_renew_lease(
   p_job_id uuid,
   p_worker_id text,
@@ -1083,22 +1158,14 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_lease int := coalesce(p_lease_seconds, 300);
   v_lease_until timestamptz;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  update pyjobq.job j
-     set lease_until = v_now + make_interval(secs => v_lease),
-         updated_at = v_now
-   where j.job_id = p_job_id
-     and j.status = 2
-     and j.worker_id = p_worker_id
-     and j.attempts = p_attempt
-  returning j.lease_until into v_lease_until;
-  if not found then
+  select r.lease_until
+    into v_lease_until
+    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+  if v_lease_until is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
   return v_lease_until;
@@ -1110,6 +1177,66 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
   'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
+create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+returns table (job_id uuid, released boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_any boolean := false;
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  for job_id, released in
+    with input as (
+      select u.id, u.attempt, u.ord
+        from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+    ), given_back as (
+      update pyjobq.job j
+         set status = 1,
+             attempts = j.attempts - 1,
+             worker_id = null,
+             lease_until = null,
+             updated_at = v_now
+        from (select distinct i.id, i.attempt from input i) f
+       where j.job_id = f.id
+         and j.status = 2
+         and j.worker_id = p_worker_id
+         and j.attempts = f.attempt
+      returning j.job_id, j.attempts + 1 as attempt
+    )
+    select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
+      from input i
+     order by i.ord
+  loop
+    v_any := v_any or released;
+    return next;
+  end loop;
+  if v_any then
+    perform nextval('pyjobq.job_claim_epoch');  -- back at their old places, before claim fronts
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release_many(text, uuid[], int[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
+  'again at its old place in the queue, attempts - 1. Returns every input job id, in input order, with '
+  'released = false for a job no longer held (left unchanged).';
+
 create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
 returns void
 language plpgsql
@@ -1118,25 +1245,13 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  update pyjobq.job j
-     set status = 1,
-         attempts = j.attempts - 1,
-         worker_id = null,
-         lease_until = null,
-         updated_at = v_now
-   where j.job_id = p_job_id
-     and j.status = 2
-     and j.worker_id = p_worker_id
-     and j.attempts = p_attempt;
-  if not found then
+  if not (select r.released
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt]) r) then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
-  perform nextval('pyjobq.job_claim_epoch');  -- back at its old place, before claim fronts
 end;
 $$;
 
@@ -1497,7 +1612,9 @@ begin
     pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
     pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
     pyjobq.job_renew_lease(uuid, text, int, int),
+    pyjobq.job_renew_lease_many(text, uuid[], int[], int),
     pyjobq.job_release(uuid, text, int),
+    pyjobq.job_release_many(text, uuid[], int[]),
     pyjobq.job_reap(int)
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;

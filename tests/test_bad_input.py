@@ -67,6 +67,35 @@ BAD_CALLS = [
         "p_attempts",
         "select pyjobq.job_complete_many('w1', array[gen_random_uuid()], array[1, 2])",
     ),
+    (
+        "22023",
+        "p_results",
+        "select pyjobq.job_complete_many('w1', array[gen_random_uuid()], array[1],"
+        " array[null, null]::jsonb[])",
+    ),
+    (
+        "22023",
+        "p_job_ids",
+        "select pyjobq.job_renew_lease_many('w1', array[]::uuid[], array[]::int[])",
+    ),
+    (
+        "22023",
+        "p_attempts",
+        "select pyjobq.job_renew_lease_many('w1', array[gen_random_uuid()], array[1, 1])",
+    ),
+    (
+        "22023",
+        "p_lease_seconds",
+        "select pyjobq.job_renew_lease_many('w1', array[gen_random_uuid()], array[1], 0)",
+    ),
+    (
+        "22023",
+        "p_job_ids",
+        "select pyjobq.job_release_many('w1', array_fill(gen_random_uuid(), array[10001]),"
+        " array_fill(1, array[10001]))",
+    ),
+    ("22023", "p_attempts", "select pyjobq.job_release_many('w1', array[gen_random_uuid()], null)"),
+    ("22023", "p_worker_id", "select pyjobq.job_release_many('', array[gen_random_uuid()], '{1}')"),
     ("22023", "p_limit", "select pyjobq.job_reap(0)"),
     ("22023", "p_limit", "select pyjobq.job_redrive(p_limit => 100001)"),
     ("22023", "p_job_type", "select pyjobq.job_redrive(p_job_type => 42)"),

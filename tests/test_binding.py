@@ -35,7 +35,7 @@ from pyjobq import (
 )
 from pyjobq.errors import translate
 from pyjobq.migrate import shipped_migrations
-from pyjobq.rows import JobInfo, JobTypeInfo, ReapedJob, RegisteredType
+from pyjobq.rows import JobInfo, JobTypeInfo, ReapedJob, RegisteredType, Release, Renewal
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -211,6 +211,8 @@ ROW_STATEMENTS = [
     ("ENQUEUE_MANY", Enqueued),
     ("CLAIM", ClaimedJob),
     ("COMPLETE_MANY", Completion),
+    ("RENEW_LEASE_MANY", Renewal),
+    ("RELEASE_MANY", Release),
     ("FAIL", FailOutcome),
     ("REAP", ReapedJob),
     ("COUNTS", CountRow),

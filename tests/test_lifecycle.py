@@ -147,6 +147,43 @@ def test_release_gives_the_attempt_back(conn: Conn) -> None:
     assert claim(conn, "w2") == [(job_id, 1)]
 
 
+def test_renew_lease_many_renews_what_is_held_and_reports_the_rest(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    a, b, c = enqueue(conn), enqueue(conn), enqueue(conn)
+    claim(conn, limit=3)
+    conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (c,))
+    freeze(conn, FROZEN + timedelta(seconds=100))
+    rows = conn.execute(
+        "select job_id, renewed, lease_until"
+        " from pyjobq.job_renew_lease_many('w1', %s, array[1, 2, 1, 1], 600)",
+        ([b, a, c, b],),
+    ).fetchall()
+    until = FROZEN + timedelta(seconds=700)
+    # In input order, a job listed twice reported twice; a's attempt 2 and the DONE c are not held.
+    assert rows == [(b, True, until), (a, False, None), (c, False, None), (b, True, until)]
+    assert status_of(conn, b)[4] == until
+    assert status_of(conn, a)[4] == FROZEN + timedelta(seconds=300)  # unchanged
+    assert status_of(conn, c)[0] == 3
+
+
+def test_release_many_gives_back_what_is_held_at_its_old_place(conn: Conn) -> None:
+    a, b, c = enqueue(conn), enqueue(conn), enqueue(conn)
+    claim(conn, limit=3)
+    rows = conn.execute(
+        "select job_id, released from pyjobq.job_release_many('w1', %s, array[1, 2, 1, 1])",
+        ([c, a, a, c],),
+    ).fetchall()
+    assert rows == [(c, True), (a, False), (a, True), (c, True)]
+    assert status_of(conn, a)[:3] == (1, 0, None)
+    assert status_of(conn, b)[:2] == (2, 1)
+    # Released a second time: no longer held, nothing changes.
+    again = conn.execute(
+        "select released from pyjobq.job_release_many('w1', %s, array[1])", ([a],)
+    ).fetchall()
+    assert again == [(False,)]
+    assert claim(conn, "w2", limit=3) == [(a, 1), (c, 1)]
+
+
 def test_stale_holder_cannot_touch_the_newer_attempt_even_with_the_same_worker_id(
     conn: Conn,
 ) -> None:

@@ -297,7 +297,7 @@ def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
         release.wait(60)
         return {"n": job.payload["n"]}
 
-    renew = "pyjobq.job_renew_lease(uuid, text, int, int)"
+    renew = "pyjobq.job_renew_lease_many(text, uuid[], int[], int)"
     JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
     worker = Worker(
         login_role("pyjobq_worker"),

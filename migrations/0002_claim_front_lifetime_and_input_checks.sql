@@ -7,6 +7,8 @@
 -- behind a front (an enqueue committing late, a claim rolled back, a release
 -- racing a claim) waits about a second under continuous claiming instead of
 -- until the backlog is gone. pyjobq.claim_front_off = on turns fronts off.
+-- The front has its own type and functions (read, write, void), and a
+-- setting that cannot be read as a front is no front rather than an error.
 --
 -- Input: array arguments are renumbered from 1 or, when multi-dimensional,
 -- refused (job_enqueue_many paired keys with payloads by position); a null
@@ -177,6 +179,170 @@ comment on function pyjobq._raise_not_held(uuid, text, int) is
   'on job p_job_id.';
 
 
+create type pyjobq.claim_front as (
+  epoch bigint,          -- pyjobq.job_claim_epoch when written: a later value voids it
+  started_us bigint,     -- when the head scan that started it ran (microseconds since 1970)
+  job_types text,        -- the set of job types claimed: a front serves that set only
+  written_us bigint,     -- when the claim that wrote it ran: a clock read earlier voids it
+  priority smallint,     -- the position of the last job taken
+  run_after timestamptz,
+  seq bigint
+);
+
+comment on type pyjobq.claim_front is
+  'Where a session''s last claim ended, and whether that still holds; see the section "Claim fronts".';
+
+create function pyjobq._claim_fronts_void()
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform nextval('pyjobq.job_claim_epoch');  -- never rolled back, no row lock
+end;
+$$;
+
+comment on function pyjobq._claim_fronts_void() is
+  'Voids the claim front of every session: called by each change that can make a job PENDING before one.';
+
+create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Numbers only (run_after as microseconds): the text reads back the same
+  -- whatever DateStyle or TimeZone the session sets meanwhile.
+  perform set_config('pyjobq.claim_front',
+                     concat_ws('/', p_front.epoch, p_front.started_us, p_front.job_types, p_front.written_us,
+                               p_front.priority, (extract(epoch from p_front.run_after) * 1000000)::bigint,
+                               p_front.seq),
+                     false);
+end;
+$$;
+
+comment on function pyjobq._claim_front_write(pyjobq.claim_front) is
+  'Keeps p_front as this session''s claim front.';
+
+create function pyjobq._claim_front_read(p_job_types text, p_now_us bigint)
+returns pyjobq.claim_front
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  c_lifetime_us constant bigint := 1000000;  -- one second from the head scan that started it
+  v_text text := current_setting('pyjobq.claim_front', true);
+  v_part text[] := string_to_array(v_text, '/');
+  v_epoch bigint;
+  v_run_after_us bigint;
+begin
+  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
+  if coalesce(v_text, '') = '' then
+    return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+  end if;
+  if cardinality(v_part) = 7
+     and v_part[1] = v_epoch::text
+     and v_part[3] = p_job_types
+     and v_part[2] ~ '^\d{1,18}$' and v_part[4] ~ '^\d{1,18}$' and v_part[7] ~ '^\d{1,18}$'
+     and v_part[5] ~ '^\d{1,5}$' and v_part[6] ~ '^-?\d{1,18}$'
+     and p_now_us < v_part[2]::bigint + c_lifetime_us
+     and p_now_us >= v_part[2]::bigint
+     -- a clock set back (a frozen test clock reset, an NTP step) would let new
+     -- jobs sort before the front
+     and p_now_us >= v_part[4]::bigint
+     and v_part[5]::int <= 32767
+     and current_setting('pyjobq.claim_front_off', true) is distinct from 'on' then
+    v_run_after_us := v_part[6]::bigint;
+    return row(v_epoch, v_part[2]::bigint, p_job_types, v_part[4]::bigint, v_part[5]::smallint,
+               'epoch'::timestamptz + make_interval(secs => v_run_after_us / 1000000)
+                 + (v_run_after_us % 1000000) * interval '1 microsecond',
+               v_part[7]::bigint)::pyjobq.claim_front;
+  end if;
+  perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
+  return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+end;
+$$;
+
+comment on function pyjobq._claim_front_read(text, bigint) is
+  'This session''s claim front if it still holds for the current epoch, job types p_job_types and the time '
+  'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
+  'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
+
+create or replace function pyjobq.job_enqueue(
+  p_job_type int,
+  p_payload jsonb default null,
+  p_priority int default null,
+  p_run_after timestamptz default null,
+  p_dedupe_key text default null,
+  p_max_attempts int default null
+)
+returns table (job_id uuid, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_payload jsonb := coalesce(p_payload, '{}');
+  v_priority int := coalesce(p_priority, 100);
+  v_run_after timestamptz := coalesce(p_run_after, v_now);
+  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_seq bigint;
+  v_new_id uuid;
+  v_id uuid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_payload('p_payload', v_payload);
+  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
+  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
+  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  if not isfinite(v_run_after) then
+    raise exception 'p_run_after must be a finite time'
+      using errcode = '22023', hint = 'Leave it out to run the job now.';
+  end if;
+
+  -- An active job with the same key wins: insert or, on conflict, return that
+  -- job. If it finishes between our insert and our lookup, try again.
+  loop
+    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(v_now, 1) n;
+    insert into pyjobq.job as j
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+    values
+      (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
+    on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+    returning j.job_id into v_id;
+    if v_id is not null then
+      if v_run_after < v_now then
+        perform pyjobq._claim_fronts_void();  -- may sort before a claim front
+      end if;
+      if v_run_after <= v_now then
+        perform pg_notify('pyjobq_job', p_job_type::text);
+      end if;
+      return query select v_id, true;
+      return;
+    end if;
+    select a.job_id into v_id
+      from pyjobq.job a
+     where a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+    if v_id is not null then
+      return query select v_id, false;
+      return;
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
+  'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
+  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
+  '(1..200 chars) an active (PENDING or RUNNING) job with that key is returned with created = false instead. '
+  'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
+
 create or replace function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -239,7 +405,7 @@ begin
   end if;
 
   if v_run_after < v_now then
-    perform nextval('pyjobq.job_claim_epoch');  -- the jobs may sort before a claim front
+    perform pyjobq._claim_fronts_void();  -- the jobs may sort before a claim front
   end if;
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
@@ -357,8 +523,7 @@ declare
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
   v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
-  v_front text[] := string_to_array(current_setting('pyjobq.claim_front', true), '/');
-  v_epoch bigint;
+  v_front pyjobq.claim_front;
   v_bounded boolean;
   -- Without a front these match nothing yet keep every scan an index scan.
   v_priority smallint := -1;
@@ -386,49 +551,14 @@ begin
     v_types := p_job_types::smallint[];
   end if;
 
-  -- The front. Each claimed job leaves an index entry behind that a snapshot
-  -- older than the claim can still see (an idle transaction, a long report),
-  -- and while such a snapshot lives, no scan and no vacuum may drop it: every
-  -- claim from the head of job_claim_idx would walk past all jobs claimed
-  -- since, and a drain would turn quadratic. So the session remembers where
-  -- its last claim ended, (priority, run_after, seq): every due job before
-  -- that point was claimed, or locked by a claimer, when it was taken. New
-  -- jobs sort after it (seq grows, run_after >= now), except jobs of a more
-  -- urgent priority, looked for separately ("ahead"), and jobs that a change
-  -- puts back before it (release, a past run_after, redrive, a retry due at
-  -- once), which bump pyjobq.job_claim_epoch and so void every front. When
-  -- the part after the front cannot fill the batch, the scan from the head
-  -- fills it, so an emptying queue is answered exactly as without a front.
-  --
-  -- Correctness rests on the head scan, not on the epoch: a job can still be
-  -- left behind a front (an enqueue that commits after claims passed its
-  -- position, a claim that rolled back, a release committing after a claimer
-  -- read the epoch). So a front lives one second from the head scan that
-  -- started it (front[2]); claims that resume from it do not extend its life.
-  -- The next claim after that second scans from the head again, so no due,
-  -- unlocked job is passed over for much more than a second by any session
-  -- that keeps claiming, whatever the backlog. A front is also void once the
-  -- clock reads earlier than the claim that wrote it (front[4]), and is kept
-  -- per set of job types. pyjobq.claim_front_off = on turns fronts off for
-  -- the session: every claim is then the plain scan from the head.
-  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
-  v_bounded := coalesce(cardinality(v_front) = 7
-                        and v_front[1] = v_epoch::text
-                        and v_front[3] = v_types::text
-                        and v_now_us < v_front[2]::bigint + 1000000  -- one second from its head scan
-                        -- a clock set back (a frozen test clock reset, an NTP
-                        -- step) would let new jobs sort before the front
-                        and v_now_us >= v_front[4]::bigint
-                        and current_setting('pyjobq.claim_front_off', true) is distinct from 'on',
-                        false);
-  if not v_bounded and cardinality(v_front) > 0 then
-    perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
-  end if;
+  -- Resume after this session's claim front, if it still holds (see "Claim
+  -- fronts" above); the scan from the head comes after, and alone without one.
+  v_front := pyjobq._claim_front_read(v_types::text, v_now_us);
+  v_bounded := v_front.seq is not null;
   if v_bounded then
-    v_priority := v_front[5]::smallint;
-    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[6]::bigint / 1000000)
-                   + (v_front[6]::bigint % 1000000) * interval '1 microsecond';
-    v_seq := v_front[7]::bigint;
+    v_priority := v_front.priority;
+    v_run_after := v_front.run_after;
+    v_seq := v_front.seq;
   end if;
 
   -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
@@ -523,12 +653,9 @@ begin
     v_last := v_head_last;
   end if;
   if v_claimed > 0 then
-    perform set_config(
-      'pyjobq.claim_front',
-      concat_ws('/', v_epoch, case when v_from_head > 0 then v_now_us else v_front[2]::bigint end,
-                v_types::text, v_now_us,
-                v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
-      false);
+    perform pyjobq._claim_front_write(row(
+      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, v_types::text,
+      v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
   end if;
 end;
 $$;
@@ -669,7 +796,7 @@ begin
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
   if p_retry_delay_seconds = 0 and status = 1 then
-    perform nextval('pyjobq.job_claim_epoch');  -- due at once: may sort before a claim front
+    perform pyjobq._claim_fronts_void();  -- due at once: may sort before a claim front
   end if;
   return next;
 end;
@@ -780,7 +907,7 @@ begin
   end;
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
-    perform nextval('pyjobq.job_claim_epoch');  -- due now, with its old seq: may sort before a front
+    perform pyjobq._claim_fronts_void();  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;
 end;
@@ -945,7 +1072,7 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
   'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
-create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+create or replace function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
 returns table (job_id uuid, released boolean)
 language plpgsql
 volatile
@@ -995,7 +1122,7 @@ begin
     return next;
   end loop;
   if v_any then
-    perform nextval('pyjobq.job_claim_epoch');  -- back at their old places, before claim fronts
+    perform pyjobq._claim_fronts_void();  -- back at their old places, before claim fronts
   end if;
 end;
 $$;
@@ -1030,6 +1157,9 @@ comment on function pyjobq.job_release(uuid, text, int) is
 revoke all on function pyjobq._check_array(text, anyarray) from public;
 revoke all on function pyjobq._redrive_rows(uuid[], timestamptz) from public;
 revoke all on function pyjobq._check_same_length(text, int, int) from public;
+revoke all on function pyjobq._claim_fronts_void() from public;
+revoke all on function pyjobq._claim_front_write(pyjobq.claim_front) from public;
+revoke all on function pyjobq._claim_front_read(text, bigint) from public;
 revoke all on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) from public;
 revoke all on function pyjobq.job_release_many(text, uuid[], int[]) from public;
 

@@ -515,7 +515,7 @@ begin
     returning j.job_id into v_id;
     if v_id is not null then
       if v_run_after < v_now then
-        perform nextval('pyjobq.job_claim_epoch');  -- may sort before a claim front
+        perform pyjobq._claim_fronts_void();  -- may sort before a claim front
       end if;
       if v_run_after <= v_now then
         perform pg_notify('pyjobq_job', p_job_type::text);
@@ -602,7 +602,7 @@ begin
   end if;
 
   if v_run_after < v_now then
-    perform nextval('pyjobq.job_claim_epoch');  -- the jobs may sort before a claim front
+    perform pyjobq._claim_fronts_void();  -- the jobs may sort before a claim front
   end if;
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
@@ -683,6 +683,130 @@ comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamp
   'order: its 1-based position, the job id, and whether it was newly created.';
 
 -- Claim -----------------------------------------------------------------------
+--
+-- Claim fronts.
+--
+-- Each claimed job leaves an index entry behind that a snapshot older than the
+-- claim can still see (an idle transaction, a long report), and while such a
+-- snapshot lives, no scan and no vacuum may drop it: every claim from the head
+-- of job_claim_idx would walk past all jobs claimed since, and a drain would
+-- turn quadratic. So a session remembers where its last claim ended, its
+-- front: (priority, run_after, seq) of the last job taken. Every due job
+-- before that point was claimed, or locked by a claimer, when it was taken.
+-- New jobs sort after it (seq grows, run_after >= now), except jobs of a more
+-- urgent priority, which job_claim looks for separately, and jobs that a
+-- change puts back before it (release, a past run_after, redrive, a retry due
+-- at once): those call _claim_fronts_void(), which voids every front of every
+-- session. When the part after the front cannot fill the batch, the scan from
+-- the head fills it, so an emptying queue is answered exactly as without one.
+--
+-- Correctness rests on the head scan and the lifetime, not on the epoch, which
+-- is only an optimisation: a job can still be left behind a front (an enqueue
+-- that commits after claims passed its position, a claim that rolled back, a
+-- release committing after a claimer read the epoch). So a front lives one
+-- second from the head scan that started it; claims that resume from it do
+-- not extend its life. The next claim after that second scans from the head,
+-- so no due, unlocked job is passed over for much more than a second by any
+-- session that keeps claiming, whatever the backlog.
+--
+-- The front is a session setting (pyjobq.claim_front), so a session may write
+-- anything there: what cannot be read as a front is no front. Behind a
+-- transaction-mode pooler a session serves many clients in turn, and a front
+-- then belongs to whichever claimed last through it: it is still only a
+-- starting point bounded to a second. pyjobq.claim_front_off = on turns fronts
+-- off for the session; every claim is then the plain scan from the head.
+
+create type pyjobq.claim_front as (
+  epoch bigint,          -- pyjobq.job_claim_epoch when written: a later value voids it
+  started_us bigint,     -- when the head scan that started it ran (microseconds since 1970)
+  job_types text,        -- the set of job types claimed: a front serves that set only
+  written_us bigint,     -- when the claim that wrote it ran: a clock read earlier voids it
+  priority smallint,     -- the position of the last job taken
+  run_after timestamptz,
+  seq bigint
+);
+
+comment on type pyjobq.claim_front is
+  'Where a session''s last claim ended, and whether that still holds; see the section "Claim fronts".';
+
+create function pyjobq._claim_fronts_void()
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform nextval('pyjobq.job_claim_epoch');  -- never rolled back, no row lock
+end;
+$$;
+
+comment on function pyjobq._claim_fronts_void() is
+  'Voids the claim front of every session: called by each change that can make a job PENDING before one.';
+
+create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Numbers only (run_after as microseconds): the text reads back the same
+  -- whatever DateStyle or TimeZone the session sets meanwhile.
+  perform set_config('pyjobq.claim_front',
+                     concat_ws('/', p_front.epoch, p_front.started_us, p_front.job_types, p_front.written_us,
+                               p_front.priority, (extract(epoch from p_front.run_after) * 1000000)::bigint,
+                               p_front.seq),
+                     false);
+end;
+$$;
+
+comment on function pyjobq._claim_front_write(pyjobq.claim_front) is
+  'Keeps p_front as this session''s claim front.';
+
+create function pyjobq._claim_front_read(p_job_types text, p_now_us bigint)
+returns pyjobq.claim_front
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  c_lifetime_us constant bigint := 1000000;  -- one second from the head scan that started it
+  v_text text := current_setting('pyjobq.claim_front', true);
+  v_part text[] := string_to_array(v_text, '/');
+  v_epoch bigint;
+  v_run_after_us bigint;
+begin
+  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
+  if coalesce(v_text, '') = '' then
+    return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+  end if;
+  if cardinality(v_part) = 7
+     and v_part[1] = v_epoch::text
+     and v_part[3] = p_job_types
+     and v_part[2] ~ '^\d{1,18}$' and v_part[4] ~ '^\d{1,18}$' and v_part[7] ~ '^\d{1,18}$'
+     and v_part[5] ~ '^\d{1,5}$' and v_part[6] ~ '^-?\d{1,18}$'
+     and p_now_us < v_part[2]::bigint + c_lifetime_us
+     and p_now_us >= v_part[2]::bigint
+     -- a clock set back (a frozen test clock reset, an NTP step) would let new
+     -- jobs sort before the front
+     and p_now_us >= v_part[4]::bigint
+     and v_part[5]::int <= 32767
+     and current_setting('pyjobq.claim_front_off', true) is distinct from 'on' then
+    v_run_after_us := v_part[6]::bigint;
+    return row(v_epoch, v_part[2]::bigint, p_job_types, v_part[4]::bigint, v_part[5]::smallint,
+               'epoch'::timestamptz + make_interval(secs => v_run_after_us / 1000000)
+                 + (v_run_after_us % 1000000) * interval '1 microsecond',
+               v_part[7]::bigint)::pyjobq.claim_front;
+  end if;
+  perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
+  return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+end;
+$$;
+
+comment on function pyjobq._claim_front_read(text, bigint) is
+  'This session''s claim front if it still holds for the current epoch, job types p_job_types and the time '
+  'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
+  'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
 
 create function pyjobq.job_claim(
   p_worker_id text,
@@ -721,8 +845,7 @@ declare
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
   v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
-  v_front text[] := string_to_array(current_setting('pyjobq.claim_front', true), '/');
-  v_epoch bigint;
+  v_front pyjobq.claim_front;
   v_bounded boolean;
   -- Without a front these match nothing yet keep every scan an index scan.
   v_priority smallint := -1;
@@ -750,49 +873,14 @@ begin
     v_types := p_job_types::smallint[];
   end if;
 
-  -- The front. Each claimed job leaves an index entry behind that a snapshot
-  -- older than the claim can still see (an idle transaction, a long report),
-  -- and while such a snapshot lives, no scan and no vacuum may drop it: every
-  -- claim from the head of job_claim_idx would walk past all jobs claimed
-  -- since, and a drain would turn quadratic. So the session remembers where
-  -- its last claim ended, (priority, run_after, seq): every due job before
-  -- that point was claimed, or locked by a claimer, when it was taken. New
-  -- jobs sort after it (seq grows, run_after >= now), except jobs of a more
-  -- urgent priority, looked for separately ("ahead"), and jobs that a change
-  -- puts back before it (release, a past run_after, redrive, a retry due at
-  -- once), which bump pyjobq.job_claim_epoch and so void every front. When
-  -- the part after the front cannot fill the batch, the scan from the head
-  -- fills it, so an emptying queue is answered exactly as without a front.
-  --
-  -- Correctness rests on the head scan, not on the epoch: a job can still be
-  -- left behind a front (an enqueue that commits after claims passed its
-  -- position, a claim that rolled back, a release committing after a claimer
-  -- read the epoch). So a front lives one second from the head scan that
-  -- started it (front[2]); claims that resume from it do not extend its life.
-  -- The next claim after that second scans from the head again, so no due,
-  -- unlocked job is passed over for much more than a second by any session
-  -- that keeps claiming, whatever the backlog. A front is also void once the
-  -- clock reads earlier than the claim that wrote it (front[4]), and is kept
-  -- per set of job types. pyjobq.claim_front_off = on turns fronts off for
-  -- the session: every claim is then the plain scan from the head.
-  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
-  v_bounded := coalesce(cardinality(v_front) = 7
-                        and v_front[1] = v_epoch::text
-                        and v_front[3] = v_types::text
-                        and v_now_us < v_front[2]::bigint + 1000000  -- one second from its head scan
-                        -- a clock set back (a frozen test clock reset, an NTP
-                        -- step) would let new jobs sort before the front
-                        and v_now_us >= v_front[4]::bigint
-                        and current_setting('pyjobq.claim_front_off', true) is distinct from 'on',
-                        false);
-  if not v_bounded and cardinality(v_front) > 0 then
-    perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
-  end if;
+  -- Resume after this session's claim front, if it still holds (see "Claim
+  -- fronts" above); the scan from the head comes after, and alone without one.
+  v_front := pyjobq._claim_front_read(v_types::text, v_now_us);
+  v_bounded := v_front.seq is not null;
   if v_bounded then
-    v_priority := v_front[5]::smallint;
-    v_run_after := 'epoch'::timestamptz + make_interval(secs => v_front[6]::bigint / 1000000)
-                   + (v_front[6]::bigint % 1000000) * interval '1 microsecond';
-    v_seq := v_front[7]::bigint;
+    v_priority := v_front.priority;
+    v_run_after := v_front.run_after;
+    v_seq := v_front.seq;
   end if;
 
   -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
@@ -887,12 +975,9 @@ begin
     v_last := v_head_last;
   end if;
   if v_claimed > 0 then
-    perform set_config(
-      'pyjobq.claim_front',
-      concat_ws('/', v_epoch, case when v_from_head > 0 then v_now_us else v_front[2]::bigint end,
-                v_types::text, v_now_us,
-                v_last.priority, (extract(epoch from v_last.run_after) * 1000000)::bigint, v_last.seq),
-      false);
+    perform pyjobq._claim_front_write(row(
+      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, v_types::text,
+      v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
   end if;
 end;
 $$;
@@ -1070,7 +1155,7 @@ begin
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
   if p_retry_delay_seconds = 0 and status = 1 then
-    perform nextval('pyjobq.job_claim_epoch');  -- due at once: may sort before a claim front
+    perform pyjobq._claim_fronts_void();  -- due at once: may sort before a claim front
   end if;
   return next;
 end;
@@ -1227,7 +1312,7 @@ begin
     return next;
   end loop;
   if v_any then
-    perform nextval('pyjobq.job_claim_epoch');  -- back at their old places, before claim fronts
+    perform pyjobq._claim_fronts_void();  -- back at their old places, before claim fronts
   end if;
 end;
 $$;
@@ -1417,7 +1502,7 @@ begin
   end;
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
-    perform nextval('pyjobq.job_claim_epoch');  -- due now, with its old seq: may sort before a front
+    perform pyjobq._claim_fronts_void();  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;
 end;

@@ -164,3 +164,37 @@ def test_the_front_can_be_turned_off_for_a_session(conn: Conn, make_conn: Any) -
         assert ids(claim(conn, limit=5)) == jobs[5:10]
     # No front: the very next claim scans from the head and finds the rolled-back jobs.
     assert ids(claim(conn, limit=5)) == locked
+
+
+def test_a_setting_that_is_not_a_front_is_ignored_for_any_role(conn: Conn, login_role: Any) -> None:
+    # The front is a session setting, so any caller may write anything there. What cannot be
+    # read as a live front of this epoch and job types changes nothing: the claim scans from
+    # the head, takes the first jobs in order, and raises nothing.
+    jobs = fill(conn, 40)
+    (epoch,) = conn.execute(
+        "select case when is_called then last_value else 0 end from pyjobq.job_claim_epoch"
+    ).fetchone()
+    types = "{1,2}"  # every registered type: what a claim without p_job_types serves
+    (now_us,) = conn.execute("select (extract(epoch from now()) * 1000000)::bigint").fetchone()
+    forged = [
+        "garbage",
+        "/".join(["x"] * 7),
+        f"{epoch}/abc/{types}/0/100/0/0",
+        f"{epoch}/{now_us}/{types}/{now_us}/99999/{now_us}/1",  # priority out of range
+        f"{epoch}/{now_us}/{types}/{now_us}/100/{'9' * 30}/1",  # run_after beyond bigint
+        f"{epoch}/{now_us + 10**15}/{types}/0/100/{now_us}/{10**17}",  # starts in the future
+        f"{epoch}/{now_us}/{types}/{now_us}/100/{now_us}/{10**17}/extra",
+    ]
+    with psycopg.connect(login_role("pyjobq_worker"), autocommit=True) as worker:
+        taken: list[Any] = []
+        for value in forged:
+            worker.execute("select set_config('pyjobq.claim_front', %s, false)", (value,))
+            rows = worker.execute(
+                "select job_id from pyjobq.job_claim('w1', 2, null, null)"
+            ).fetchall()
+            taken += ids(rows)
+            # Read as no front, and cleared, or replaced by the front this claim wrote.
+            (front,) = worker.execute("select current_setting('pyjobq.claim_front')").fetchone()
+            assert front != value
+            worker.execute("reset pyjobq.claim_front")
+    assert taken == jobs[: 2 * len(forged)]

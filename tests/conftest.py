@@ -13,8 +13,6 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from pytest_postgresql.executors import NoopExecutor
-from pytest_postgresql.janitor import DatabaseJanitor
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
@@ -37,40 +35,33 @@ def pg_server() -> Iterator[LocalPostgres]:
         yield server
 
 
+# Each test's database, cloned from the template and dropped after the test.
+TEST_DATABASE = "pyjobq_test"
+TEMPLATE = "pyjobq_template"
+
+
 @pytest.fixture(scope="session")
-def pg_template(pg_server: LocalPostgres) -> Iterator[NoopExecutor]:
-    """pytest-postgresql's handle on pg_server, once the migrated template database exists."""
-    executor = NoopExecutor(
-        host=pg_server.host,
-        port=pg_server.port,
-        user=pg_server.user,
-        options="",
-        dbname="pyjobq_test",
-    )
-    janitor = DatabaseJanitor(
-        user=executor.user,
-        host=executor.host,
-        port=executor.port,
-        dbname=executor.template_dbname,
-        as_template=True,
-    )
-    with janitor:
-        migrate(pg_server.dsn(executor.template_dbname))
-        yield executor
+def pg_template(pg_server: LocalPostgres) -> str:
+    """The name of the migrated template database, created once per run (the server, and it
+    with it, is deleted at the end of the run)."""
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(TEMPLATE)))
+    migrate(pg_server.dsn(TEMPLATE))
+    return TEMPLATE
 
 
 @pytest.fixture
-def pg_database(pg_server: LocalPostgres, pg_template: NoopExecutor) -> Iterator[Connection]:
+def pg_database(pg_server: LocalPostgres, pg_template: str) -> Iterator[Connection]:
     """A connection to the test's own database, cloned from the migrated template and
     dropped afterwards. FILE_COPY (PostgreSQL 15) clones a database this small in about
     half the time of the default WAL_LOG, and every test starts with one."""
-    name = sql.Identifier(pg_template.dbname)
-    template = sql.Identifier(pg_template.template_dbname)
+    name = sql.Identifier(TEST_DATABASE)
+    template = sql.Identifier(pg_template)
     with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
         strategy = sql.SQL(" strategy = file_copy" if admin.info.server_version >= 150000 else "")
         admin.execute(sql.SQL("create database {} template {}").format(name, template) + strategy)
     try:
-        with psycopg.connect(pg_server.dsn(pg_template.dbname)) as connection:
+        with psycopg.connect(pg_server.dsn(TEST_DATABASE)) as connection:
             yield connection
     finally:
         with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:

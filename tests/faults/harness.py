@@ -55,7 +55,9 @@ class Recorder:
             max_size=size,
             kwargs={"autocommit": True},
             timeout=5.0,
-            reconnect_timeout=0,
+            # reconnect_timeout stays psycopg_pool's default: with 0 the pool gives up at the
+            # first refused reconnection, and a handler already waiting for a connection then
+            # waits its whole timeout with nothing left trying to connect.
             check=ConnectionPool.check_connection,
             open=False,
         )

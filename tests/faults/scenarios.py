@@ -40,15 +40,18 @@ def prepare(dsn: str) -> None:
         conn.execute(EFFECTS)
 
 
-def _workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options: Any) -> None:
+def start_workers(stack: ExitStack, dsn: str, count: int, concurrency: int, **options: Any) -> None:
+    """``count`` running Workers whose handler records each attempt (``sleep`` seconds each);
+    the other ``options`` go to the Worker. Stopped when ``stack`` closes."""
+    sleep = options.pop("sleep", 0.0)
     for _ in range(count):
-        recorder = Recorder(dsn, concurrency, options.pop("sleep", 0.0)).open()
+        recorder = Recorder(dsn, concurrency, sleep).open()
         stack.callback(recorder.close)
         worker = Running(make_worker(dsn, recorder, concurrency, **options)).start()
         stack.callback(worker.stop)
 
 
-def _drain(dsn: str, acknowledged: list[UUID], patience: float = 90.0) -> float:
+def wait_drained(dsn: str, acknowledged: list[UUID], patience: float = 90.0) -> float:
     started = time.monotonic()
     wait_for(lambda: drained(dsn, acknowledged), "the queue to drain", patience)
     return time.monotonic() - started
@@ -67,7 +70,7 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
     prepare(dsn)
     total = int(1500 * scale)
     with ExitStack() as stack:
-        _workers(stack, dsn, 2, 4)
+        start_workers(stack, dsn, 2, 4)
         producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
         stack.callback(producer.stop)
         wait_for(lambda: finished(dsn) >= total // 3, "a third of the jobs to finish")
@@ -78,7 +81,7 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
         with _connect_retrying(dsn) as conn:
             probe = Probe.enqueue(conn)
         wait_for(producer.done, "the producer to enqueue every job", 120)
-        drain = _drain(dsn, producer.acknowledged + probe.job_ids)
+        drain = wait_drained(dsn, producer.acknowledged + probe.job_ids)
     figures = verify(dsn, producer.acknowledged + probe.job_ids)
     figures.update(
         scenario="server crash (pg_ctl restart -m immediate)",
@@ -146,7 +149,7 @@ def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
     total = int(1500 * scale)
     kills = 0
     with ExitStack() as stack:
-        _workers(stack, dsn, 2, 4)
+        start_workers(stack, dsn, 2, 4)
         producer = Producer(dsn, batch=50, interval=0.02, limit=total).start()
         stack.callback(producer.stop)
         killer = stack.enter_context(psycopg.connect(dsn, autocommit=True))
@@ -160,7 +163,7 @@ def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
         probe = Probe.enqueue(killer, _terminate_other_sessions)
         kills += probe.fault_result
         wait_for(producer.done, "the producer to enqueue every job", 120)
-        drain = _drain(dsn, producer.acknowledged + probe.job_ids)
+        drain = wait_drained(dsn, producer.acknowledged + probe.job_ids)
     figures = verify(dsn, producer.acknowledged + probe.job_ids)
     figures.update(
         scenario=f"backends terminated {KILLS} times (pg_terminate_backend) across the drain",
@@ -194,7 +197,7 @@ def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:
     refused: str | None = None
     pool_error: str | None = None
     with ExitStack() as stack:
-        _workers(stack, dsn, 1, 4)
+        start_workers(stack, dsn, 1, 4)
         # A producer pool that must fail clearly (PoolTimeout), not hang, while slots are gone.
         pool = ConnectionPool(
             dsn, min_size=0, max_size=2, timeout=1.0, kwargs={"autocommit": True}, open=True
@@ -208,7 +211,7 @@ def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:
         held = len(hogs)
         try:
             # The worker keeps draining on the connections it already has.
-            wait_for(lambda: _finished_on(hogs[0]) >= first, "the first jobs to drain", 90)
+            wait_for(lambda: finished_on(hogs[0]) >= first, "the first jobs to drain", 90)
             try:
                 JobQueue(pool).enqueue(1, {})
             except PoolTimeout as e:
@@ -243,7 +246,7 @@ def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:
     return figures
 
 
-def _finished_on(conn: psycopg.Connection[Any]) -> int:
+def finished_on(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("select count(*) from pyjobq.job where status in (3, 4)").fetchone()
     return row[0] if row else 0
 
@@ -256,9 +259,9 @@ def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
     def drain_batch() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
             JobQueue(conn).enqueue_many(1, [{}] * n, max_attempts=MAX_ATTEMPTS)
-            before = _finished_on(conn)
+            before = finished_on(conn)
             started = time.monotonic()
-            wait_for(lambda: _finished_on(conn) >= before + n, "the batch to drain", 120)
+            wait_for(lambda: finished_on(conn) >= before + n, "the batch to drain", 120)
             return n / (time.monotonic() - started)
 
     reader_errors: list[str] = []
@@ -280,7 +283,7 @@ def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
                     reader_errors.append(type(e).__name__)
 
     with ExitStack() as stack:
-        _workers(stack, dsn, 1, 8)
+        start_workers(stack, dsn, 1, 8)
         baseline = drain_batch()
         pin = psycopg.connect(dsn)
         stack.callback(pin.close)
@@ -327,7 +330,7 @@ def overload(dsn: str, scale: float = 1.0) -> Figures:
     seconds = 3.0 * scale
     # 4 handler threads x 10 ms = at most 400 jobs/s; the producer offers 600/s.
     with ExitStack() as stack:
-        _workers(stack, dsn, 1, 4, sleep=0.01)
+        start_workers(stack, dsn, 1, 4, sleep=0.01)
         producer = Producer(dsn, batch=30, interval=0.05).start()
         stack.callback(producer.stop)
         time.sleep(seconds)

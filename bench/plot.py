@@ -18,10 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+# matplotlib is in bench/.venv-peers only, not in the .venv the type check runs in.
+import matplotlib  # type: ignore[import-not-found]
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # type: ignore[import-not-found]
 
 SUBJECT = "#c0392b"
 PEER = "#7f8c8d"

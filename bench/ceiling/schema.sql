@@ -1,6 +1,6 @@
 -- Tables for the raw-SQL ceiling: what PostgreSQL itself allows on this
 -- cluster for the statements a job queue cannot avoid. The runner loads this
--- into a fresh database, then fills the tables (see bench/run.py).
+-- into a fresh database, then fills the tables (see bench/ceilings.py).
 
 -- (a) one row per key, updated in place by primary key
 create table ceiling_counter (

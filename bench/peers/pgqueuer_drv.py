@@ -14,10 +14,12 @@ from datetime import timedelta
 from importlib.metadata import version
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+# The peers are in bench/.venv-peers only, not in the .venv the type check runs in.
+import asyncpg  # type: ignore[import-not-found]
+from pgqueuer import AsyncpgDriver, Job, QueueManager  # type: ignore[import-not-found]
+from pgqueuer.queries import Queries  # type: ignore[import-not-found]
+
 import contract
-from pgqueuer import AsyncpgDriver, Job, QueueManager
-from pgqueuer.queries import Queries
 
 ENTRYPOINT = "noop"
 BATCH_SIZE = 10

@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import contract
 import psycopg
 from psycopg.conninfo import make_conninfo
+
+import contract
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -112,7 +113,7 @@ async def setup() -> dict[str, Any]:
 async def enqueue(n: int) -> float:
     async with await connect() as conn:
         q = AsyncJobQueue(conn)
-        payloads = [{} for _ in range(n)]
+        payloads: list[dict[str, Any]] = [{} for _ in range(n)]
         started = time.perf_counter()
         async with conn.transaction():
             for i in range(0, n, ENQUEUE_BATCH):

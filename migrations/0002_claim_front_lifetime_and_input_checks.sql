@@ -17,12 +17,21 @@
 -- completed as completed, so a call retried after a lost reply is safe.
 -- job_fail with a zero delay that ends DEAD no longer voids claim fronts.
 --
+-- job_counts reads PENDING, RUNNING and DEAD through indexes (a new partial
+-- index for DEAD) and estimates DONE from extended statistics on large
+-- tables, so its cost follows the active jobs, not the history; a column
+-- exact tells the figures apart.
+--
 -- job_get: one job with its payload, result and last error, for producers and
 -- admins (observers see counts only).
 --
 -- job_renew_lease_many and job_release_many: a worker's heartbeat and its
 -- shutdown release are one call per round, not one per job; job_renew_lease
 -- and job_release are the one-job case of each.
+--
+-- The fencing token (job_id, worker_id, attempt) never repeats: attempts only
+-- grows. job_release and job_redrive give tries back in attempts_refunded,
+-- and max_attempts limits attempts - attempts_refunded.
 --
 -- The clock: only the schema owner's sessions may freeze it with
 -- pyjobq.fake_now (any other role gets 42501), and never at a time that is
@@ -342,6 +351,95 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) 
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job with that key is returned with created = false instead. '
   'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
+
+-- The fencing token never repeats: job_release and job_redrive no longer
+-- wind attempts back; what they give back is counted apart. Adding a column
+-- with a constant default rewrites nothing; the new check is added NOT VALID
+-- and validated after, under a lock that lets the queue run meanwhile.
+alter table pyjobq.job add column attempts_refunded smallint not null default 0;
+alter table pyjobq.job drop constraint job_attempts_within_max;
+alter table pyjobq.job add constraint job_attempts_within_max
+  check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts) not valid;
+alter table pyjobq.job validate constraint job_attempts_within_max;
+comment on column pyjobq.job.attempts is
+  'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
+  'fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.attempts_refunded is
+  'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
+  'attempts_refunded is the tries used against max_attempts.';
+
+create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts)
+$$;
+
+comment on function pyjobq._tries_left(int, int, int) is
+  'How many more times a job with these counters may be claimed: max_attempts minus the tries used '
+  '(attempts - attempts_refunded), at most 32767 - attempts.';
+
+create or replace function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The expiry test is repeated in the UPDATE: a row that a completer or a
+  -- renewer changed after this statement's snapshot is re-checked on its
+  -- newest version, so a reaper never overwrites a finished or renewed job.
+  return query
+  with picked as materialized (
+    select r.job_id, r.worker_id, r.attempts
+      from pyjobq.job r
+     where r.status = 2
+       and r.lease_until < v_now
+     order by r.lease_until
+     limit v_limit
+       for update skip locked
+  ),
+  reaped as (
+    update pyjobq.job j
+       set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                         then 4 else 1 end,
+           run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                            then j.run_after
+                            else v_now + pyjobq.retry_backoff(j.attempts - j.attempts_refunded) end,
+           -- Cleared even for DEAD: the worker that lost the lease gets JQ001
+           -- (lease_lost), never JQ003, which means "your attempt finished it".
+           worker_id = null,
+           last_error = format('lease expired: worker %s did not finish attempt %s',
+                               j.worker_id, j.attempts),
+           lease_until = null,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+       and j.status = 2
+       and j.lease_until < v_now
+    returning j.job_id, j.job_type, j.status, j.run_after
+  )
+  select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
+    from reaped r
+    join picked p on p.job_id = r.job_id;
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it.';
 
 create or replace function pyjobq.job_enqueue_many(
   p_job_type int,
@@ -780,10 +878,10 @@ begin
   end if;
 
   update pyjobq.job j
-     set status = case when v_dead_letter or j.attempts >= j.max_attempts then 4 else 1 end,
-         run_after = case when v_dead_letter or j.attempts >= j.max_attempts then j.run_after
-                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts)) end,
-         worker_id = case when v_dead_letter or j.attempts >= j.max_attempts then j.worker_id end,
+     set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
+         run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
+                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts - j.attempts_refunded)) end,
+         worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
          updated_at = v_now
@@ -809,11 +907,13 @@ comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boo
   'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
 
 
--- DEAD jobs among p_ids back to PENDING, due at p_now, attempts reset; returns
--- the ids moved. A job whose dedupe key an active job holds, or an older one of
+-- DEAD jobs among p_ids back to PENDING, due at p_now, with a fresh budget
+-- of max_attempts tries (attempts, the fencing token, goes on); returns the
+-- ids moved. A job that has used up its claim counter stays DEAD.
+-- A job whose dedupe key an active job holds, or an older one of
 -- p_ids takes, stays DEAD (keys are unique among active jobs only). A key an
 -- uncommitted enqueue takes meanwhile still raises unique_violation.
-create function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
+create or replace function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
 returns uuid[]
 language sql
 volatile
@@ -824,6 +924,7 @@ as $$
       from pyjobq.job d
      where d.job_id = any (p_ids)
        and d.status = 4
+       and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
        and (d.dedupe_key is null
             or not exists (select 1
                              from pyjobq.job a
@@ -834,7 +935,7 @@ as $$
   moved as (
     update pyjobq.job j
        set status = 1,
-           attempts = 0,
+           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
            run_after = p_now,
            worker_id = null,
            result = null,
@@ -883,6 +984,8 @@ begin
   -- unique violation) is it moved a row at a time, each row in a
   -- subtransaction of its own; a subtransaction per row on every call would
   -- overflow the subtransaction cache past 64 rows.
+  -- Only jobs that can move count against the limit: a backlog of jobs whose
+  -- key an active job holds must not stop every later call from reaching the rest.
   select coalesce(array_agg(d.job_id order by d.updated_at), '{}')
     into v_picked
     from (select p.job_id, p.updated_at
@@ -890,6 +993,12 @@ begin
            where p.status = 4
              and (p_job_ids is null or p.job_id = any (p_job_ids))
              and (p_job_type is null or p.job_type = p_job_type)
+             and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
+             and (p.dedupe_key is null
+                  or not exists (select 1
+                                   from pyjobq.job a
+                                  where a.dedupe_key = p.dedupe_key
+                                    and a.status in (1, 2)))
            order by p.updated_at
            limit v_limit
              for update skip locked) d;
@@ -914,7 +1023,8 @@ end;
 $$;
 
 comment on function pyjobq.job_redrive(uuid[], int, int) is
-  'Moves DEAD jobs back to PENDING, due now, with attempts reset to 0: the ids in p_job_ids, or else every '
+  'Moves DEAD jobs back to PENDING, due now, with a fresh budget of max_attempts tries (attempts, the fencing '
+  'token, goes on from where it was): the ids in p_job_ids, or else every '
   'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
   'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
 
@@ -1102,9 +1212,15 @@ begin
         from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
     ), given_back as (
       update pyjobq.job j
-         set status = 1,
-             attempts = j.attempts - 1,
-             worker_id = null,
+         -- The try is given back; the claim counter, the fencing token, is not.
+         -- A job whose counter is spent can never be claimed again: DEAD.
+         set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                           then 4 else 1 end,
+             attempts_refunded = j.attempts_refunded + 1,
+             worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                              then j.worker_id end,
+             last_error = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                               then 'released with its claim counter spent (32767 claims)' else j.last_error end,
              lease_until = null,
              updated_at = v_now
         from (select distinct i.id, i.attempt from input i) f
@@ -1112,7 +1228,7 @@ begin
          and j.status = 2
          and j.worker_id = p_worker_id
          and j.attempts = f.attempt
-      returning j.job_id, j.attempts + 1 as attempt
+      returning j.job_id, j.attempts as attempt
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
       from input i
@@ -1129,8 +1245,9 @@ $$;
 
 comment on function pyjobq.job_release_many(text, uuid[], int[]) is
   'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
-  'again at its old place in the queue, attempts - 1. Returns every input job id, in input order, with '
-  'released = false for a job no longer held (left unchanged).';
+  'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
+  'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
+  'unchanged).';
 
 create or replace function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
 returns void
@@ -1152,11 +1269,231 @@ $$;
 
 comment on function pyjobq.job_release(uuid, text, int) is
   'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
-  'PENDING again at its old place in the queue, attempts - 1. Raises JQ001/JQ002/JQ003 like job_complete.';
+  'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
+  'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
+
+-- job_counts no longer reads the DONE history. On a large table, build the
+-- index first with CREATE INDEX CONCURRENTLY under the same name: then this
+-- step only checks that it exists, instead of blocking writes while it builds.
+create index if not exists job_dead_idx on pyjobq.job (job_type) where status = 4;
+create statistics if not exists pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
+analyze pyjobq.job;  -- sample ~30,000 rows: the DONE estimate is there from the start
+
+drop function pyjobq.job_counts();  -- its result gains a column
+create function pyjobq.job_counts()
+returns table (
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  jobs bigint,
+  oldest_due_seconds double precision,
+  expired_leases bigint,
+  exact boolean
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- PENDING, RUNNING and DEAD through their partial indexes whatever the
+-- statistics say, so the cost follows the jobs in those states, never the
+-- DONE history.
+set enable_seqscan = off
+set jit = off
+as $$
+  -- (select pyjobq.clock_now()): read once, not once per row.
+  with exact_counts as (
+    select j.job_type, 1 as status, count(*) as jobs,
+           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
+           null::bigint as expired_leases
+      from pyjobq.job j
+     where j.status = 1
+     group by j.job_type
+    union all
+    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
+      from pyjobq.job j
+     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, 4, count(*), null, null
+      from pyjobq.job j
+     where j.status = 4
+     group by j.job_type
+  ), size as (
+    -- The rows the planner would assume now: rows per page at the last
+    -- ANALYZE times the pages now (null before the first ANALYZE).
+    select pg_relation_size(c.oid) <= 1048576 as small,
+           case when c.reltuples >= 0 and c.relpages > 0
+                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+           end as rows
+      from pg_class c
+     where c.oid = 'pyjobq.job'::regclass
+  ), done_counted as (
+    -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
+    select j.job_type, count(*) as jobs
+      from pyjobq.job j
+     where j.status = 3
+       and (select z.small from size z)
+     group by j.job_type
+  ), stats as (
+    select s.most_common_vals as vals, s.most_common_freqs as freqs
+      from pg_stats_ext s
+     where s.statistics_schemaname = 'pyjobq'
+       and s.statistics_name = 'job_type_status_stats'
+       and s.most_common_freqs is not null
+  ), done_estimated as (
+    -- Larger: each type's share of DONE rows in the sample of the last
+    -- ANALYZE, times the rows now. A type missing from the sample has ~0.
+    select s.vals[i][1]::int as job_type, round(s.freqs[i] * z.rows)::bigint as jobs
+      from stats s
+     cross join size z
+     cross join lateral generate_subscripts(s.freqs, 1) as i
+     where not z.small
+       and s.vals[i][2] = '3'
+  )
+  select t.job_type::int,
+         t.name::text,
+         s.status,
+         s.status_name,
+         case when s.status <> 3 then coalesce(c.jobs, 0)
+              when z.small then coalesce(dc.jobs, 0)
+              when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
+         end,
+         case when s.status = 1 then
+           coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
+         end,
+         case when s.status = 2 then coalesce(c.expired_leases, 0) end,
+         s.status <> 3 or z.small
+    from pyjobq.job_type t
+   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
+   cross join size z
+    left join exact_counts c on c.job_type = t.job_type and c.status = s.status
+    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
+    left join done_estimated de on de.job_type = t.job_type and s.status = 3
+   order by t.job_type, s.status
+$$;
+
+comment on function pyjobq.job_counts() is
+  'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
+  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
+  'PENDING, RUNNING and DEAD are exact and read through indexes. DONE is exact while the table is at most 1 MiB; '
+  'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
+
+revoke all on function pyjobq.job_counts() from public;
+
+-- job_counts no longer reads the DONE history. On a large table, build the
+-- index first with CREATE INDEX CONCURRENTLY under the same name: then this
+-- step only checks that it exists, instead of blocking writes while it builds.
+create index if not exists job_dead_idx on pyjobq.job (job_type) where status = 4;
+create statistics if not exists pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
+analyze pyjobq.job;  -- sample ~30,000 rows: the DONE estimate is there from the start
+
+drop function pyjobq.job_counts();  -- its result gains a column
+create function pyjobq.job_counts()
+returns table (
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  jobs bigint,
+  oldest_due_seconds double precision,
+  expired_leases bigint,
+  exact boolean
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- PENDING, RUNNING and DEAD through their partial indexes whatever the
+-- statistics say, so the cost follows the jobs in those states, never the
+-- DONE history.
+set enable_seqscan = off
+set jit = off
+as $$
+  -- (select pyjobq.clock_now()): read once, not once per row.
+  with exact_counts as (
+    select j.job_type, 1 as status, count(*) as jobs,
+           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
+           null::bigint as expired_leases
+      from pyjobq.job j
+     where j.status = 1
+     group by j.job_type
+    union all
+    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
+      from pyjobq.job j
+     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, 4, count(*), null, null
+      from pyjobq.job j
+     where j.status = 4
+     group by j.job_type
+  ), size as (
+    -- The rows the planner would assume now: rows per page at the last
+    -- ANALYZE times the pages now (null before the first ANALYZE).
+    select pg_relation_size(c.oid) <= 1048576 as small,
+           case when c.reltuples >= 0 and c.relpages > 0
+                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+           end as rows
+      from pg_class c
+     where c.oid = 'pyjobq.job'::regclass
+  ), done_counted as (
+    -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
+    select j.job_type, count(*) as jobs
+      from pyjobq.job j
+     where j.status = 3
+       and (select z.small from size z)
+     group by j.job_type
+  ), stats as (
+    select s.most_common_vals as vals, s.most_common_freqs as freqs
+      from pg_stats_ext s
+     where s.statistics_schemaname = 'pyjobq'
+       and s.statistics_name = 'job_type_status_stats'
+       and s.most_common_freqs is not null
+  ), done_estimated as (
+    -- Larger: each type's share of DONE rows in the sample of the last
+    -- ANALYZE, times the rows now. A type missing from the sample has ~0.
+    select s.vals[i][1]::int as job_type, round(s.freqs[i] * z.rows)::bigint as jobs
+      from stats s
+     cross join size z
+     cross join lateral generate_subscripts(s.freqs, 1) as i
+     where not z.small
+       and s.vals[i][2] = '3'
+  )
+  select t.job_type::int,
+         t.name::text,
+         s.status,
+         s.status_name,
+         case when s.status <> 3 then coalesce(c.jobs, 0)
+              when z.small then coalesce(dc.jobs, 0)
+              when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
+         end,
+         case when s.status = 1 then
+           coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
+         end,
+         case when s.status = 2 then coalesce(c.expired_leases, 0) end,
+         s.status <> 3 or z.small
+    from pyjobq.job_type t
+   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
+   cross join size z
+    left join exact_counts c on c.job_type = t.job_type and c.status = s.status
+    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
+    left join done_estimated de on de.job_type = t.job_type and s.status = 3
+   order by t.job_type, s.status
+$$;
+
+comment on function pyjobq.job_counts() is
+  'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
+  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
+  'PENDING, RUNNING and DEAD are exact and read through indexes. DONE is exact while the table is at most 1 MiB; '
+  'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
+
+revoke all on function pyjobq.job_counts() from public;
 
 revoke all on function pyjobq._check_array(text, anyarray) from public;
 revoke all on function pyjobq._redrive_rows(uuid[], timestamptz) from public;
 revoke all on function pyjobq._check_same_length(text, int, int) from public;
+revoke all on function pyjobq._tries_left(int, int, int) from public;
 revoke all on function pyjobq._claim_fronts_void() from public;
 revoke all on function pyjobq._claim_front_write(pyjobq.claim_front) from public;
 revoke all on function pyjobq._claim_front_read(text, bigint) from public;

@@ -200,7 +200,7 @@ class AsyncJobQueue:
         return await self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
 
     async def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
-        """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
+        """``job_release``: give a held, unstarted attempt back (PENDING, the try not used up)."""
         await self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
 
     async def release_many(
@@ -233,7 +233,7 @@ class AsyncJobQueue:
         job_type: int | None = None,
         limit: int | None = None,
     ) -> list[UUID]:
-        """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
+        """``job_redrive``: DEAD jobs back to PENDING with a fresh budget of tries; their ids."""
         params = (optional_list(job_ids), job_type, limit)
         return await self._column(statements.REDRIVE, params)
 

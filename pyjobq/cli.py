@@ -370,6 +370,13 @@ def worker(
         fail(f"the worker stopped on an internal error: {w.crashed!r} (see the log above)")
 
 
+def figure(row: CountRow) -> str:
+    """The job count as printed: ``~`` before an estimate, ``?`` when there is none yet."""
+    if row.jobs is None:
+        return "?"
+    return str(row.jobs) if row.exact else f"~{row.jobs}"
+
+
 def counts_table(rows: Sequence[CountRow]) -> str:
     header = ("type", "name", "status", "jobs", "oldest due (s)", "expired leases")
     body = [
@@ -377,7 +384,7 @@ def counts_table(rows: Sequence[CountRow]) -> str:
             str(r.job_type),
             r.job_type_name,
             r.status_name,
-            str(r.jobs),
+            figure(r),
             "" if r.oldest_due_seconds is None else f"{r.oldest_due_seconds:.1f}",
             "" if r.expired_leases is None else str(r.expired_leases),
         )
@@ -397,7 +404,10 @@ def counts_table(rows: Sequence[CountRow]) -> str:
 @click.option("--watch", type=click.FloatRange(0.1), metavar="SECONDS", help="redraw every SECONDS")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per row")
 def counts(dsn: str | None, watch: float | None, as_json: bool) -> None:
-    """Jobs per type and status, with the oldest due age and expired leases."""
+    """Jobs per type and status, with the oldest due age and expired leases.
+
+    DONE figures of a large table are estimates, printed ~N (``"exact": false`` in JSON).
+    """
     with queue(dsn) as q:
         while True:
             rows = q.counts()
@@ -410,6 +420,7 @@ def counts(dsn: str | None, watch: float | None, as_json: bool) -> None:
                         "jobs": r.jobs,
                         "oldest_due_seconds": r.oldest_due_seconds,
                         "expired_leases": r.expired_leases,
+                        "exact": r.exact,
                     }
                     click.echo(json.dumps(row))
             else:
@@ -471,7 +482,7 @@ def reap(dsn: str | None, limit: int | None) -> None:
 def redrive(
     dsn: str | None, job_ids: tuple[str, ...], job_type: str | None, limit: int | None
 ) -> None:
-    """Move DEAD jobs (JOB_IDS, or all of --type, or all) back to PENDING with fresh attempts."""
+    """Move DEAD jobs (JOB_IDS, or all of --type, or all) back to PENDING, with fresh tries."""
     try:
         ids = [UUID(j) for j in job_ids] or None
     except ValueError:

@@ -377,7 +377,8 @@ def _summarise(
                                   or (j.job_type = 2 and o.order_id %% 400 = 11))
         """
     )
-    retries = one("select coalesce(sum(j.attempts - 1), 0) " + jobs_of_demo)
+    # Tries beyond the first; a claim given back at a worker's shutdown is not one.
+    retries = one("select coalesce(sum(j.attempts - j.attempts_refunded - 1), 0) " + jobs_of_demo)
     duplicates = one("select count(*) from demo.duplicates")
     missing_effect = one(
         "select count(*) "

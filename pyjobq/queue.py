@@ -196,7 +196,7 @@ class JobQueue:
         return self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
 
     def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
-        """``job_release``: give a held, unstarted attempt back (PENDING, attempt not used up)."""
+        """``job_release``: give a held, unstarted attempt back (PENDING, the try not used up)."""
         self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
 
     def release_many(
@@ -229,7 +229,7 @@ class JobQueue:
         job_type: int | None = None,
         limit: int | None = None,
     ) -> list[UUID]:
-        """``job_redrive``: DEAD jobs back to PENDING with fresh attempts; returns their ids."""
+        """``job_redrive``: DEAD jobs back to PENDING with a fresh budget of tries; their ids."""
         params = (optional_list(job_ids), job_type, limit)
         return self._column(statements.REDRIVE, params)
 

@@ -106,15 +106,18 @@ class CountRow:
     """A row of ``job_counts``.
 
     ``oldest_due_seconds`` is set on PENDING rows, ``expired_leases`` on RUNNING rows.
+    ``exact`` is false when ``jobs`` is an estimate: DONE jobs in a table over 1 MiB, from
+    the statistics of the last ANALYZE (``jobs`` is None before the first one).
     """
 
     job_type: int
     job_type_name: str
     status: JobStatus
     status_name: str
-    jobs: int
+    jobs: int | None
     oldest_due_seconds: float | None
     expired_leases: int | None
+    exact: bool
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

@@ -51,7 +51,7 @@ REAP: LiteralString = (
 )
 COUNTS: LiteralString = (
     "select job_type, job_type_name, status, status_name, jobs, oldest_due_seconds,"
-    " expired_leases from pyjobq.job_counts()"
+    " expired_leases, exact from pyjobq.job_counts()"
 )
 GET: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"

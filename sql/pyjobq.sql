@@ -9,13 +9,13 @@
 -- A job's life, in the order the functions are defined below:
 --
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
---   job_claim                        -> RUNNING (2), attempts + 1, leased to a worker
+--   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail                         -> PENDING again after a backoff, or DEAD (4)
---   job_release(_many)               -> PENDING again, the attempt given back (shutdown)
+--   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
---   job_redrive                      -> DEAD back to PENDING with fresh attempts
+--   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_prune                        -> DONE and DEAD rows deleted after a while
 --   job_counts                       -> jobs per type and status, with health figures
 --   job_get                          -> one job, with its payload, result and last error
@@ -146,10 +146,12 @@ create table pyjobq.job (
   created_at timestamptz not null,
   updated_at timestamptz not null,
   seq bigint not null default nextval('pyjobq.job_seq'),
+  attempts_refunded smallint not null default 0,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 4),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
-  constraint job_attempts_within_max check (attempts between 0 and max_attempts),
+  constraint job_attempts_within_max
+    check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
   constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
   constraint job_running_has_worker check (status <> 2 or worker_id is not null)
 );
@@ -160,7 +162,11 @@ comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
 comment on column pyjobq.job.attempts is
-  'Claims so far (+1 at each claim); also the fencing token a holder passes back to complete, fail, renew or release.';
+  'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
+  'fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.attempts_refunded is
+  'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
+  'attempts_refunded is the tries used against max_attempts.';
 comment on column pyjobq.job.seq is
   'Enqueue order, from sequence pyjobq.job_seq: breaks ties in the claim order (priority, run_after, seq).';
 comment on column pyjobq.job.run_after is
@@ -180,6 +186,14 @@ create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status
 -- by id with status = 2, and when statistics undercount RUNNING jobs the
 -- planner would otherwise read this whole index for each of them.
 create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
+
+-- job_counts: the DEAD jobs, exactly, without reading the DONE history.
+-- Jobs become DEAD rarely, so the index costs the drain nothing.
+create index job_dead_idx on pyjobq.job (job_type) where status = 4;
+
+-- job_counts: the share of each (job_type, status) pair in the sample of the
+-- last ANALYZE, from which it estimates the DONE jobs without reading them.
+create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
 
 -- The active-duplicate guard; DONE and DEAD jobs free their key.
 create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
@@ -382,6 +396,21 @@ $$;
 comment on function pyjobq._raise_not_held(uuid, text, int) is
   'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
   'on job p_job_id.';
+
+-- Tries a job has left: its budget (max_attempts) minus the tries used, and
+-- never more than the claims its smallint counter can still hand out.
+create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts)
+$$;
+
+comment on function pyjobq._tries_left(int, int, int) is
+  'How many more times a job with these counters may be claimed: max_attempts minus the tries used '
+  '(attempts - attempts_refunded), at most 32767 - attempts.';
 
 -- Retry delay after attempt p_attempt: 2 s doubling per attempt, capped at one
 -- hour, minus up to 25% random jitter so retries of a burst spread out.
@@ -1139,10 +1168,10 @@ begin
   end if;
 
   update pyjobq.job j
-     set status = case when v_dead_letter or j.attempts >= j.max_attempts then 4 else 1 end,
-         run_after = case when v_dead_letter or j.attempts >= j.max_attempts then j.run_after
-                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts)) end,
-         worker_id = case when v_dead_letter or j.attempts >= j.max_attempts then j.worker_id end,
+     set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
+         run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
+                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts - j.attempts_refunded)) end,
+         worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
          updated_at = v_now
@@ -1292,9 +1321,15 @@ begin
         from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
     ), given_back as (
       update pyjobq.job j
-         set status = 1,
-             attempts = j.attempts - 1,
-             worker_id = null,
+         -- The try is given back; the claim counter, the fencing token, is not.
+         -- A job whose counter is spent can never be claimed again: DEAD.
+         set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                           then 4 else 1 end,
+             attempts_refunded = j.attempts_refunded + 1,
+             worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                              then j.worker_id end,
+             last_error = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                               then 'released with its claim counter spent (32767 claims)' else j.last_error end,
              lease_until = null,
              updated_at = v_now
         from (select distinct i.id, i.attempt from input i) f
@@ -1302,7 +1337,7 @@ begin
          and j.status = 2
          and j.worker_id = p_worker_id
          and j.attempts = f.attempt
-      returning j.job_id, j.attempts + 1 as attempt
+      returning j.job_id, j.attempts as attempt
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
       from input i
@@ -1319,8 +1354,9 @@ $$;
 
 comment on function pyjobq.job_release_many(text, uuid[], int[]) is
   'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
-  'again at its old place in the queue, attempts - 1. Returns every input job id, in input order, with '
-  'released = false for a job no longer held (left unchanged).';
+  'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
+  'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
+  'unchanged).';
 
 create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
 returns void
@@ -1342,7 +1378,8 @@ $$;
 
 comment on function pyjobq.job_release(uuid, text, int) is
   'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
-  'PENDING again at its old place in the queue, attempts - 1. Raises JQ001/JQ002/JQ003 like job_complete.';
+  'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
+  'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
 
 create function pyjobq.job_reap(p_limit int default null)
 returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
@@ -1374,9 +1411,11 @@ begin
   ),
   reaped as (
     update pyjobq.job j
-       set status = case when j.attempts >= j.max_attempts then 4 else 1 end,
-           run_after = case when j.attempts >= j.max_attempts then j.run_after
-                            else v_now + pyjobq.retry_backoff(j.attempts) end,
+       set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                         then 4 else 1 end,
+           run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                            then j.run_after
+                            else v_now + pyjobq.retry_backoff(j.attempts - j.attempts_refunded) end,
            -- Cleared even for DEAD: the worker that lost the lease gets JQ001
            -- (lease_lost), never JQ003, which means "your attempt finished it".
            worker_id = null,
@@ -1404,8 +1443,9 @@ comment on function pyjobq.job_reap(int) is
 
 -- Operations ------------------------------------------------------------------
 
--- DEAD jobs among p_ids back to PENDING, due at p_now, attempts reset; returns
--- the ids moved. A job whose dedupe key an active job holds, or an older one of
+-- DEAD jobs among p_ids back to PENDING, due at p_now, with a fresh budget
+-- of max_attempts tries (attempts, the fencing token, goes on); returns the
+-- ids moved. A job that has used up its claim counter stays DEAD. A job whose dedupe key an active job holds, or an older one of
 -- p_ids takes, stays DEAD (keys are unique among active jobs only). A key an
 -- uncommitted enqueue takes meanwhile still raises unique_violation.
 create function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
@@ -1419,6 +1459,7 @@ as $$
       from pyjobq.job d
      where d.job_id = any (p_ids)
        and d.status = 4
+       and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
        and (d.dedupe_key is null
             or not exists (select 1
                              from pyjobq.job a
@@ -1429,7 +1470,7 @@ as $$
   moved as (
     update pyjobq.job j
        set status = 1,
-           attempts = 0,
+           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
            run_after = p_now,
            worker_id = null,
            result = null,
@@ -1478,6 +1519,8 @@ begin
   -- unique violation) is it moved a row at a time, each row in a
   -- subtransaction of its own; a subtransaction per row on every call would
   -- overflow the subtransaction cache past 64 rows.
+  -- Only jobs that can move count against the limit: a backlog of jobs whose
+  -- key an active job holds must not stop every later call from reaching the rest.
   select coalesce(array_agg(d.job_id order by d.updated_at), '{}')
     into v_picked
     from (select p.job_id, p.updated_at
@@ -1485,6 +1528,12 @@ begin
            where p.status = 4
              and (p_job_ids is null or p.job_id = any (p_job_ids))
              and (p_job_type is null or p.job_type = p_job_type)
+             and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
+             and (p.dedupe_key is null
+                  or not exists (select 1
+                                   from pyjobq.job a
+                                  where a.dedupe_key = p.dedupe_key
+                                    and a.status in (1, 2)))
            order by p.updated_at
            limit v_limit
              for update skip locked) d;
@@ -1509,7 +1558,8 @@ end;
 $$;
 
 comment on function pyjobq.job_redrive(uuid[], int, int) is
-  'Moves DEAD jobs back to PENDING, due now, with attempts reset to 0: the ids in p_job_ids, or else every '
+  'Moves DEAD jobs back to PENDING, due now, with a fresh budget of max_attempts tries (attempts, the fencing '
+  'token, goes on from where it was): the ids in p_job_ids, or else every '
   'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
   'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
 
@@ -1561,40 +1611,96 @@ returns table (
   status_name text,
   jobs bigint,
   oldest_due_seconds double precision,
-  expired_leases bigint
+  expired_leases bigint,
+  exact boolean
 )
 language sql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
+-- PENDING, RUNNING and DEAD through their partial indexes whatever the
+-- statistics say, so the cost follows the jobs in those states, never the
+-- DONE history.
+set enable_seqscan = off
+set jit = off
 as $$
-  with tally as (
-    select j.job_type,
-           j.status,
-           count(*) as jobs,
-           min(j.run_after) filter (where j.status = 1 and j.run_after <= pyjobq.clock_now()) as oldest_due,
-           count(*) filter (where j.status = 2 and j.lease_until < pyjobq.clock_now()) as expired_leases
+  -- (select pyjobq.clock_now()): read once, not once per row.
+  with exact_counts as (
+    select j.job_type, 1 as status, count(*) as jobs,
+           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
+           null::bigint as expired_leases
       from pyjobq.job j
-     group by j.job_type, j.status
+     where j.status = 1
+     group by j.job_type
+    union all
+    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
+      from pyjobq.job j
+     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, 4, count(*), null, null
+      from pyjobq.job j
+     where j.status = 4
+     group by j.job_type
+  ), size as (
+    -- The rows the planner would assume now: rows per page at the last
+    -- ANALYZE times the pages now (null before the first ANALYZE).
+    select pg_relation_size(c.oid) <= 1048576 as small,
+           case when c.reltuples >= 0 and c.relpages > 0
+                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+           end as rows
+      from pg_class c
+     where c.oid = 'pyjobq.job'::regclass
+  ), done_counted as (
+    -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
+    select j.job_type, count(*) as jobs
+      from pyjobq.job j
+     where j.status = 3
+       and (select z.small from size z)
+     group by j.job_type
+  ), stats as (
+    select s.most_common_vals as vals, s.most_common_freqs as freqs
+      from pg_stats_ext s
+     where s.statistics_schemaname = 'pyjobq'
+       and s.statistics_name = 'job_type_status_stats'
+       and s.most_common_freqs is not null
+  ), done_estimated as (
+    -- Larger: each type's share of DONE rows in the sample of the last
+    -- ANALYZE, times the rows now. A type missing from the sample has ~0.
+    select s.vals[i][1]::int as job_type, round(s.freqs[i] * z.rows)::bigint as jobs
+      from stats s
+     cross join size z
+     cross join lateral generate_subscripts(s.freqs, 1) as i
+     where not z.small
+       and s.vals[i][2] = '3'
   )
   select t.job_type::int,
          t.name::text,
          s.status,
          s.status_name,
-         coalesce(c.jobs, 0),
+         case when s.status <> 3 then coalesce(c.jobs, 0)
+              when z.small then coalesce(dc.jobs, 0)
+              when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
+         end,
          case when s.status = 1 then
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
          end,
-         case when s.status = 2 then coalesce(c.expired_leases, 0) end
+         case when s.status = 2 then coalesce(c.expired_leases, 0) end,
+         s.status <> 3 or z.small
     from pyjobq.job_type t
    cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
-    left join tally c on c.job_type = t.job_type and c.status = s.status
+   cross join size z
+    left join exact_counts c on c.job_type = t.job_type and c.status = s.status
+    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
+    left join done_estimated de on de.job_type = t.job_type and s.status = 3
    order by t.job_type, s.status
 $$;
 
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
-  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped.';
+  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
+  'PENDING, RUNNING and DEAD are exact and read through indexes. DONE is exact while the table is at most 1 MiB; '
+  'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (

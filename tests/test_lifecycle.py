@@ -139,12 +139,25 @@ def test_renew_lease_extends_from_now(conn: Conn) -> None:
     assert status_of(conn, job_id)[4] == FROZEN + timedelta(seconds=700)
 
 
-def test_release_gives_the_attempt_back(conn: Conn) -> None:
-    job_id = enqueue(conn)
+def refunded(conn: Conn, job_id: Any) -> int:
+    row = conn.execute(
+        "select attempts_refunded from pyjobq.job where job_id = %s", (job_id,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_release_gives_the_try_back_but_never_the_token(conn: Conn) -> None:
+    job_id = enqueue(conn, 1, "{}", None, None, None, 1)  # a budget of one try
     claim(conn)
     conn.execute("select pyjobq.job_release(%s, 'w1', 1)", (job_id,))
-    assert status_of(conn, job_id)[:3] == (1, 0, None)
-    assert claim(conn, "w2") == [(job_id, 1)]
+    assert status_of(conn, job_id)[:3] == (1, 1, None)
+    assert refunded(conn, job_id) == 1
+    # The next claim is attempt 2, a token never handed out before, and still the one try.
+    assert claim(conn, "w2") == [(job_id, 2)]
+    assert conn.execute(
+        "select status from pyjobq.job_fail(%s, 'w2', 2, 'x')", (job_id,)
+    ).fetchone() == (4,)
 
 
 def test_renew_lease_many_renews_what_is_held_and_reports_the_rest(conn: Conn) -> None:
@@ -174,14 +187,15 @@ def test_release_many_gives_back_what_is_held_at_its_old_place(conn: Conn) -> No
         ([c, a, a, c],),
     ).fetchall()
     assert rows == [(c, True), (a, False), (a, True), (c, True)]
-    assert status_of(conn, a)[:3] == (1, 0, None)
+    assert status_of(conn, a)[:3] == (1, 1, None)
+    assert refunded(conn, a) == 1
     assert status_of(conn, b)[:2] == (2, 1)
     # Released a second time: no longer held, nothing changes.
     again = conn.execute(
         "select released from pyjobq.job_release_many('w1', %s, array[1])", ([a],)
     ).fetchall()
     assert again == [(False,)]
-    assert claim(conn, "w2", limit=3) == [(a, 1), (c, 1)]
+    assert claim(conn, "w2", limit=3) == [(a, 2), (c, 2)]
 
 
 def test_stale_holder_cannot_touch_the_newer_attempt_even_with_the_same_worker_id(
@@ -258,7 +272,9 @@ def test_complete_many_reports_which_jobs_it_completed(conn: Conn) -> None:
     )
 
 
-def test_redrive_resets_dead_jobs_but_respects_an_active_duplicate(conn: Conn) -> None:
+def test_redrive_gives_dead_jobs_a_fresh_budget_but_respects_an_active_duplicate(
+    conn: Conn,
+) -> None:
     plain = enqueue(conn, 1, "{}", None, None, None, 1)
     keyed = enqueue(conn, 1, "{}", None, None, "k", 1)
     claim(conn, limit=2)
@@ -267,7 +283,9 @@ def test_redrive_resets_dead_jobs_but_respects_an_active_duplicate(conn: Conn) -
     holder = enqueue(conn, 1, "{}", None, None, "k")
     assert holder != keyed
     assert conn.execute("select job_id from pyjobq.job_redrive()").fetchall() == [(plain,)]
-    assert status_of(conn, plain)[:2] == (1, 0)
+    # A fresh budget of tries; the token goes on from where it was.
+    assert status_of(conn, plain)[:2] == (1, 1)
+    assert refunded(conn, plain) == 1
     assert status_of(conn, keyed)[0] == 4
     assert conn.execute(
         "select count(*) from pyjobq.job_redrive(array[%s]::uuid[])", (keyed,)
@@ -303,6 +321,18 @@ def test_redrive_moves_a_large_batch_in_one_statement_and_keeps_one_job_per_key(
     assert status_of(conn, newer)[0] == 4
 
 
+def test_redrive_limits_count_jobs_it_can_move_not_jobs_whose_key_is_held(conn: Conn) -> None:
+    # The oldest DEAD jobs' keys are held by active jobs: a limit spent on them would return
+    # nothing, call after call, and the jobs behind them would never be reached.
+    blocked = dead_jobs(conn, ["a", "b"])
+    movable = dead_jobs(conn, [None])
+    for key in ("a", "b"):
+        enqueue(conn, 1, "{}", None, None, key)
+    moved = conn.execute("select job_id from pyjobq.job_redrive(p_limit => 1)").fetchall()
+    assert moved == [(movable[0],)]
+    assert [status_of(conn, job)[0] for job in blocked] == [4, 4]
+
+
 def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
     conn: Conn, make_conn: Any
 ) -> None:
@@ -321,7 +351,7 @@ def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
     t.join(30)
     assert moved == [(plain,)]
     assert status_of(conn, keyed)[0] == 4
-    assert status_of(conn, plain)[:2] == (1, 0)
+    assert status_of(conn, plain)[:2] == (1, 1)
 
 
 def test_prune_deletes_old_finished_jobs_in_bounded_batches(conn: Conn) -> None:
@@ -347,7 +377,7 @@ def test_counts_cover_every_type_and_status_with_health_figures(conn: Conn) -> N
         (r[0], r[2]): r[4:] for r in conn.execute("select * from pyjobq.job_counts()").fetchall()
     }
     assert len(rows) == 8  # 2 shipped types x 4 statuses, zeros included
-    assert rows[(1, 1)] == (1, 3660.0, None)
-    assert rows[(1, 2)] == (1, None, 1)
-    assert rows[(2, 1)] == (0, 0.0, None)
-    assert rows[(1, 3)] == (0, None, None)
+    assert rows[(1, 1)] == (1, 3660.0, None, True)
+    assert rows[(1, 2)] == (1, None, 1, True)
+    assert rows[(2, 1)] == (0, 0.0, None, True)
+    assert rows[(1, 3)] == (0, None, None, True)

@@ -34,7 +34,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from pyjobq import JobAlreadyFinished, JobNotFound, JobQueue, LeaseLost
+from pyjobq import JobAlreadyFinished, JobNotFound, JobQueue, JobStatus, LeaseLost
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -47,7 +47,7 @@ KEYS = ("k1", "k2", "k3")
 TYPES = (1, 2)
 
 COLUMNS = (
-    "job_id, job_type, status, priority, dedupe_key, attempts, max_attempts,"
+    "job_id, job_type, status, priority, dedupe_key, attempts, attempts_refunded, max_attempts,"
     " run_after, lease_until, worker_id, updated_at"
 )
 
@@ -62,6 +62,7 @@ class Row:
     priority: int
     dedupe_key: str | None
     attempts: int
+    attempts_refunded: int
     max_attempts: int
     run_after: datetime
     lease_until: datetime | None
@@ -81,6 +82,15 @@ class Token:
 def backoff(attempt: int) -> timedelta:
     """The upper bound of ``pyjobq.retry_backoff(attempt)``; the jitter takes off up to 25%."""
     return timedelta(seconds=min(3600.0, 2.0 * 2.0 ** (max(attempt, 1) - 1)))
+
+
+def tries_used(job: Row) -> int:
+    """Claims that count against max_attempts: the others were given back or forgiven."""
+    return job.attempts - job.attempts_refunded
+
+
+def tries_left(job: Row) -> int:
+    return min(job.max_attempts - tries_used(job), 32767 - job.attempts)
 
 
 def assert_backoff(run_after: datetime, now: datetime, attempt: int) -> None:
@@ -185,6 +195,7 @@ class QueueMachine(RuleBasedStateMachine):
             100 if priority is None else priority,
             key,
             0,
+            0,
             3 if max_attempts is None else max_attempts,
             run_after or self.now,
             None,
@@ -208,7 +219,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert enq.created
             self.jobs[enq.job_id] = Row(
                 enq.job_id, job_type, PENDING, 100 if priority is None else priority, key,
-                0, 3, self.now, None, None, self.now,
+                0, 0, 3, self.now, None, None, self.now,
             )  # fmt: skip
 
     @rule(
@@ -307,7 +318,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not held:
             return
         job = self.jobs[token.job_id]
-        if dead_letter or job.attempts >= job.max_attempts:
+        if dead_letter or tries_left(job) <= 0:
             assert outcome.status == DEAD
             assert outcome.run_after == job.run_after
             self.jobs[token.job_id] = replace(
@@ -316,7 +327,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         assert outcome.status == PENDING
         if delay is None:
-            assert_backoff(outcome.run_after, self.now, job.attempts)
+            assert_backoff(outcome.run_after, self.now, tries_used(job))
         else:
             assert outcome.run_after == self.now + timedelta(seconds=delay)
         self.jobs[token.job_id] = replace(
@@ -351,7 +362,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.jobs[token.job_id] = replace(
                 job,
                 status=PENDING,
-                attempts=job.attempts - 1,
+                attempts_refunded=job.attempts_refunded + 1,  # the token itself is not given back
                 worker_id=None,
                 lease_until=None,
                 updated_at=self.now,
@@ -376,7 +387,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert (r.worker_id, r.attempt, r.job_type) == (
                 job.worker_id, job.attempts, job.job_type,
             )  # fmt: skip
-            if job.attempts >= job.max_attempts:
+            if tries_left(job) <= 0:
                 assert (r.status, r.run_after) == (DEAD, job.run_after)
                 # The worker is cleared: the holder that lost its lease gets JQ001, not JQ003.
                 self.jobs[r.job_id] = replace(
@@ -384,7 +395,7 @@ class QueueMachine(RuleBasedStateMachine):
                 )
             else:
                 assert r.status == PENDING
-                assert_backoff(r.run_after, self.now, job.attempts)
+                assert_backoff(r.run_after, self.now, tries_used(job))
                 self.jobs[r.job_id] = replace(
                     job,
                     status=PENDING,
@@ -423,8 +434,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert job.dedupe_key is None or job.dedupe_key not in held_keys
             held_keys.add(job.dedupe_key)
             self.jobs[job_id] = replace(
-                job, status=PENDING, attempts=0, run_after=self.now, worker_id=None,
-                updated_at=self.now,
+                job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
+                worker_id=None, updated_at=self.now,
             )  # fmt: skip
         if len(moved) < (limit or 1000):
             # Below the limit, a DEAD job stays DEAD only because an active job holds its key.
@@ -475,7 +486,8 @@ class QueueMachine(RuleBasedStateMachine):
     def structural_invariants(self) -> None:
         active: set[str] = set()
         for job in self.jobs.values():
-            assert 0 <= job.attempts <= job.max_attempts
+            assert 0 <= job.attempts_refunded <= job.attempts
+            assert 0 <= tries_used(job) <= job.max_attempts
             assert (job.status == RUNNING) == (job.lease_until is not None)
             if job.status == RUNNING:
                 assert job.worker_id is not None
@@ -488,7 +500,7 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def counts_match(self) -> None:
         got = {
-            (c.job_type, int(c.status)): (c.jobs, c.oldest_due_seconds, c.expired_leases)
+            (c.job_type, int(c.status)): (c.jobs, c.oldest_due_seconds, c.expired_leases, c.exact)
             for c in self.q.counts()
         }
         want = {}
@@ -504,7 +516,8 @@ class QueueMachine(RuleBasedStateMachine):
                     oldest = (self.now - min(due)).total_seconds() if due else 0.0
                 if status == RUNNING:
                     expired = sum(1 for j in rows if j.lease_until < self.now)  # type: ignore[operator]
-                want[(job_type, status)] = (len(rows), oldest, expired)
+                # The model's table stays far below 1 MiB: every figure is exact.
+                want[(job_type, status)] = (len(rows), oldest, expired, True)
         assert got == want
 
 
@@ -521,15 +534,9 @@ def test_queue_matches_its_model(conn: Conn) -> None:
     )
 
 
-def test_redrive_makes_a_fencing_token_valid_again(conn: Conn) -> None:
-    """Pins down a known limit of the (worker, attempt) token, documented in docs/guarantees.md.
-
-    job_redrive resets attempts to 0, so the first claim after a redrive hands out attempt 1
-    again: a holder of attempt 1 from before the job died would pass the fencing check if its
-    worker id claimed the job again. Worker ids are unique per process, so this needs one
-    process to hold a lost attempt across a redrive of the same job. If redrive ever keeps the
-    attempt counter monotonic, this test fails and the note in the guarantees can go.
-    """
+def test_a_fencing_token_is_never_valid_twice_for_a_job(conn: Conn) -> None:
+    """attempt only grows: neither a redrive nor a release hands out a token again, so a holder
+    of a lost attempt (here with the same worker id claiming the job anew) is refused."""
     freeze(conn, FROZEN)
     q = JobQueue(conn)
     job = q.enqueue(1, max_attempts=1)
@@ -538,5 +545,13 @@ def test_redrive_makes_a_fencing_token_valid_again(conn: Conn) -> None:
     assert [r.job_id for r in q.reap()] == [job.job_id]
     assert q.redrive([job.job_id]) == [job.job_id]
     (second,) = q.claim("w1", 1, 60)
-    assert second.attempt == first.attempt == 1
-    q.complete(job.job_id, "w1", first.attempt)  # the old token finishes the new attempt
+    assert (first.attempt, second.attempt) == (1, 2)
+    q.release(job.job_id, "w1", second.attempt)
+    (third,) = q.claim("w1", 1, 60)
+    assert third.attempt == 3
+    for stale in (first, second):
+        with pytest.raises(LeaseLost):
+            q.complete(job.job_id, "w1", stale.attempt)
+    # The redrive gave a fresh budget of max_attempts = 1 and the release gave its try back:
+    # the third claim is the one try of that budget, so a failure ends DEAD.
+    assert q.fail(job.job_id, "w1", third.attempt, "boom").status == JobStatus.DEAD

@@ -1,4 +1,4 @@
--- Redrive: DEAD jobs back to PENDING with fresh attempts.
+-- Redrive: DEAD jobs back to PENDING with a fresh budget of tries (attempts goes on).
 \set VERBOSITY sqlstate
 set timezone = 'UTC';
 set search_path = public, pyjobq;
@@ -13,7 +13,7 @@ select status from job_fail(:'c', 'w1', 1, 'x');
 -- By id.
 set pyjobq.fake_now = '2030-01-01 00:10:00+00';
 select job_id = :'b' as is_b from job_redrive(array[:'b']::uuid[]);
-select status, attempts, run_after, worker_id, last_error from pyjobq.job where job_id = :'b';
+select status, attempts, attempts_refunded, run_after, worker_id, last_error from pyjobq.job where job_id = :'b';
 -- By type; a DEAD job whose key an active job now holds stays DEAD.
 select job_id = :'a' as is_a, created from job_enqueue(1, '{"n": "a2"}', p_dedupe_key => 'key-a');
 select * from job_redrive(p_job_type => 1);

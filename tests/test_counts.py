@@ -1,0 +1,98 @@
+"""job_counts on a large history: exact where it drives decisions, never a scan of the DONE rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tests.sqlhelp import claim, enqueue
+
+Conn = psycopg.Connection[Any]
+
+HISTORY = 40_000  # DONE jobs: several MiB of table, beyond the 1 MiB read exactly
+
+
+def finish_history(conn: Conn, jobs: int) -> None:
+    """``jobs`` DONE jobs of type 1, written directly as the owner: what years of drains leave."""
+    conn.execute(
+        "select count(*) from pyjobq.job_enqueue_many(1,"
+        " array(select '{\"n\": 1}'::jsonb from generate_series(1, %s)))",
+        (jobs,),
+    )
+    conn.execute("update pyjobq.job set status = 3, attempts = 1 where status = 1")
+
+
+def counts(conn: Conn) -> dict[tuple[int, int], tuple[Any, bool]]:
+    rows = conn.execute("select job_type, status, jobs, exact from pyjobq.job_counts()")
+    return {(t, s): (jobs, exact) for t, s, jobs, exact in rows.fetchall()}
+
+
+def active_jobs(conn: Conn) -> None:
+    """On type 1: three PENDING, one RUNNING, one DEAD; on type 2: one PENDING."""
+    for _ in range(5):
+        enqueue(conn)
+    (dead, attempt), _running = claim(conn, "w1", 2)
+    conn.execute("select pyjobq.job_fail(%s, 'w1', %s, 'x', null, true)", (dead, attempt))
+    enqueue(conn, 2)
+
+
+def table_reads(conn: Conn) -> tuple[int, int]:
+    """(sequential scans, heap blocks read or hit) of pyjobq.job so far."""
+    conn.execute("select pg_stat_force_next_flush()")
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "select t.seq_scan, io.heap_blks_read + io.heap_blks_hit"
+        " from pg_stat_user_tables t join pg_statio_user_tables io using (relid)"
+        " where t.relid = 'pyjobq.job'::regclass"
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_a_small_table_is_counted_exactly(conn: Conn) -> None:
+    finish_history(conn, 100)
+    active_jobs(conn)
+    got = counts(conn)
+    assert got[(1, 1)] == (3, True)
+    assert got[(1, 2)] == (1, True)
+    assert got[(1, 3)] == (100, True)
+    assert got[(1, 4)] == (1, True)
+    assert got[(2, 1)] == (1, True)
+
+
+def test_active_and_dead_jobs_are_exact_and_done_an_estimate_on_a_large_history(
+    conn: Conn,
+) -> None:
+    finish_history(conn, HISTORY)
+    active_jobs(conn)
+    # Before any ANALYZE there are no statistics to estimate from: unknown, and said so.
+    assert counts(conn)[(1, 3)] == (None, False)
+    conn.execute("analyze pyjobq.job")
+    got = counts(conn)
+    assert got[(1, 1)] == (3, True)
+    assert got[(1, 2)] == (1, True)
+    assert got[(1, 4)] == (1, True)
+    assert got[(2, 1)] == (1, True)
+    assert got[(2, 3)] == (0, False)
+    done, exact = got[(1, 3)]
+    assert not exact
+    assert abs(done - HISTORY) <= HISTORY * 0.05, done
+
+
+def test_counts_read_no_finished_row(conn: Conn) -> None:
+    # The plan test: whatever the statistics say, the DONE history is never scanned. A scan
+    # of it would read every heap page; the active jobs live on a handful.
+    finish_history(conn, HISTORY)
+    active_jobs(conn)
+    (pages,) = conn.execute(
+        "select pg_relation_size('pyjobq.job') / current_setting('block_size')::int"
+    ).fetchone()
+    for analyzed in (False, True):
+        if analyzed:
+            conn.execute("analyze pyjobq.job")
+        scans, blocks = table_reads(conn)
+        counts(conn)
+        scans_after, blocks_after = table_reads(conn)
+        assert scans_after == scans
+        assert blocks_after - blocks <= 20 < pages

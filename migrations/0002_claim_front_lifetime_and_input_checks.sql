@@ -33,6 +33,11 @@
 -- grows. job_release and job_redrive give tries back in attempts_refunded,
 -- and max_attempts limits attempts - attempts_refunded.
 --
+-- Privileges per job type: job_type_grant(type, role, privilege) names the
+-- roles that may enqueue, work (claim and finish) or observe (get, counts) a
+-- type; job_type_revoke and job_type_grants manage them. A type with no grant
+-- of a privilege keeps the group roles' meaning.
+--
 -- The clock: only the schema owner's sessions may freeze it with
 -- pyjobq.fake_now (any other role gets 42501), and never at a time that is
 -- not finite (22023).
@@ -45,6 +50,226 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select 2
 $$;
+
+-- Privileges per job type: who may enqueue, work and observe each type, when
+-- an admin names roles for it; a type without grants keeps the group roles'
+-- meaning. Enforced inside the functions, for the session's role.
+create table pyjobq.job_type_grant (
+  job_type smallint not null,
+  privilege text not null,
+  role_oid oid not null,
+  constraint job_type_grant_pkey primary key (job_type, privilege, role_oid),
+  constraint job_type_grant_job_type_fkey foreign key (job_type) references pyjobq.job_type (job_type),
+  constraint job_type_grant_privilege_valid check (privilege in ('enqueue', 'work', 'observe'))
+);
+
+comment on table pyjobq.job_type_grant is
+  'Per-type privileges: a (job_type, privilege) with rows is held only by members of the roles named.';
+
+create function pyjobq._check_grant_privilege(p_privilege text)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_privilege is null then
+    raise exception 'p_privilege must not be null'
+      using errcode = '22004',
+            hint = 'Pass enqueue, work or observe.';
+  end if;
+  if p_privilege not in ('enqueue', 'work', 'observe') then
+    raise exception 'p_privilege must be enqueue, work or observe'
+      using errcode = '22023',
+            detail = format('p_privilege was %s.', p_privilege),
+            hint = 'enqueue: job_enqueue*; work: job_claim and what a holder does; observe: job_get, job_counts.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_grant_privilege(text) is
+  'Raises 22004 or 22023 unless p_privilege is enqueue, work or observe.';
+
+create function pyjobq._check_role(p_role text)
+returns oid
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_text('p_role', p_role, 63, false);
+  select r.oid into v_role from pg_catalog.pg_roles r where r.rolname = p_role;
+  if not found then
+    raise exception 'p_role % is not a role', p_role
+      using errcode = '22023',
+            hint = 'Pass the exact name of an existing role: names are case-sensitive and never quoted here.';
+  end if;
+  return v_role;
+end;
+$$;
+
+comment on function pyjobq._check_role(text) is
+  'Returns the oid of the role named exactly p_role; raises 22004/22023 for no name or an unknown one.';
+
+create function pyjobq._denied_types(p_privilege text)
+returns smallint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- PL/pgSQL, not SQL: its plans are kept for the session, where a SQL
+  -- function's body is planned again at every call (tens of microseconds on
+  -- every claim and completion). No grant of the privilege: nothing denied.
+  if not exists (select 1 from pyjobq.job_type_grant g where g.privilege = p_privilege)
+     or pg_has_role(session_user,
+                    (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                    'USAGE') then
+    return '{}';
+  end if;
+  return (select coalesce(array_agg(distinct g.job_type order by g.job_type), '{}')
+            from pyjobq.job_type_grant g
+           where g.privilege = p_privilege
+             and not exists (select 1
+                               from pyjobq.job_type_grant m
+                               join pg_catalog.pg_roles r on r.oid = m.role_oid
+                              where m.job_type = g.job_type
+                                and m.privilege = p_privilege
+                                and pg_has_role(session_user, m.role_oid, 'MEMBER')));
+end;
+$$;
+
+comment on function pyjobq._denied_types(text) is
+  'The job types whose p_privilege is granted to named roles, none of which the session''s role is a member of.';
+
+create function pyjobq._check_privilege(p_privilege text, p_job_type int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_type = any (pyjobq._denied_types(p_privilege)) then
+    raise exception 'permission denied to % jobs of type %', p_privilege, p_job_type
+      using errcode = '42501',
+            detail = format('Job type %s grants %s to named roles only, and role %s is in none of them.',
+                            p_job_type, p_privilege, session_user),
+            hint = 'An admin grants it with pyjobq.job_type_grant(job_type, role, privilege); '
+                   'pyjobq.job_type_grants() lists the grants.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_privilege(text, int) is
+  'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on job type p_job_type.';
+
+create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  insert into pyjobq.job_type_grant (job_type, privilege, role_oid)
+  values (p_job_type, p_privilege, v_role)
+  on conflict do nothing;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_grant(int, text, text) is
+  'Grants p_privilege (enqueue, work or observe) on the jobs of type p_job_type to the members of role p_role. '
+  'From the first grant of a privilege on a type, only the roles granted it hold it. Returns true when newly '
+  'granted, false when it was already.';
+
+create function pyjobq.job_type_revoke(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  delete from pyjobq.job_type_grant g
+   where g.job_type = p_job_type
+     and g.privilege = p_privilege
+     and g.role_oid = v_role;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_revoke(int, text, text) is
+  'Revokes p_privilege on the jobs of type p_job_type from role p_role; once no role holds a grant of it, the '
+  'privilege is open to the group roles again. Returns true when a grant was removed.';
+
+create function pyjobq.job_type_grants()
+returns table (job_type int, job_type_name text, privilege text, role_name text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select g.job_type::int, t.name::text, g.privilege, coalesce(r.rolname::text, g.role_oid::text)
+    from pyjobq.job_type_grant g
+    join pyjobq.job_type t on t.job_type = g.job_type
+    left join pg_catalog.pg_roles r on r.oid = g.role_oid
+   order by g.job_type, g.privilege, 4
+$$;
+
+comment on function pyjobq.job_type_grants() is
+  'The per-type grants: job type, privilege and role (its oid when the role was dropped).';
+
+create or replace function pyjobq.job_complete(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_result jsonb default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  update pyjobq.job j
+     set status = 3,
+         result = p_result,
+         lease_until = null,
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
+     and j.attempts = p_attempt;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_complete(uuid, text, int, jsonb) is
+  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING); '
+  'otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 job_already_finished and changes nothing.';
 
 create or replace function pyjobq.clock_now()
 returns timestamptz
@@ -152,17 +377,20 @@ declare
   v_status smallint;
   v_worker text;
   v_attempts smallint;
+  v_job_type smallint;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts
-    into v_status, v_worker, v_attempts
+  select j.status, j.worker_id, j.attempts, j.job_type
+    into v_status, v_worker, v_attempts, v_job_type
     from pyjobq.job j
    where j.job_id = p_job_id;
-  if not found then
+  if found then
+    perform pyjobq._check_privilege('work', v_job_type);
+  else
     raise exception 'job % does not exist', p_job_id
       using errcode = 'JQ002',
             hint = 'It may have been pruned, or the id is wrong.';
@@ -306,6 +534,7 @@ declare
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_privilege('enqueue', p_job_type);
   perform pyjobq._check_payload('p_payload', v_payload);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -370,11 +599,13 @@ comment on column pyjobq.job.attempts_refunded is
 
 create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
 returns int
-language sql
+language plpgsql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts)
+begin
+  return least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts);
+end;
 $$;
 
 comment on function pyjobq._tries_left(int, int, int) is
@@ -471,6 +702,7 @@ begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_privilege('enqueue', p_job_type);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -620,6 +852,7 @@ declare
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
+  v_denied smallint[];
   v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
   v_bounded boolean;
@@ -647,6 +880,16 @@ begin
             hint = 'Pass null to claim every registered type.';
   else
     v_types := p_job_types::smallint[];
+  end if;
+  -- Types whose work privilege names roles the caller is not in: left out of
+  -- "every type", refused when asked for by code.
+  v_denied := pyjobq._denied_types('work');
+  if cardinality(v_denied) > 0 then
+    if p_job_types is null then
+      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
+    else
+      perform pyjobq._check_privilege('work', u.code) from unnest(v_types) as u(code);
+    end if;
   end if;
 
   -- Resume after this session's claim front, if it still holds (see "Claim
@@ -790,6 +1033,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
@@ -821,6 +1065,7 @@ begin
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
     returning j.job_id, j.attempts
   )
@@ -830,6 +1075,7 @@ begin
          case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
               else exists (select from pyjobq.job k
                             where k.job_id = i.id
+                              and k.job_type <> all (v_denied)
                               and k.status = 3
                               and k.worker_id = p_worker_id
                               and k.attempts = i.attempt)
@@ -862,6 +1108,7 @@ set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
 begin
@@ -888,6 +1135,7 @@ begin
    where j.job_id = p_job_id
      and j.status = 2
      and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
   returning j.status::int, j.run_after into status, run_after;
   if not found then
@@ -1089,7 +1337,7 @@ $$;
 comment on function pyjobq._check_same_length(text, int, int) is
   'Raises 22023 naming p_name when its array length p_length differs from p_job_ids'' p_expected.';
 
-create function pyjobq.job_renew_lease_many(
+create or replace function pyjobq.job_renew_lease_many(
   p_worker_id text,
   p_job_ids uuid[],
   p_attempts int[],
@@ -1111,6 +1359,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_lease int := coalesce(p_lease_seconds, 300);
   v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
@@ -1133,6 +1382,7 @@ begin
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
     returning j.job_id, j.attempts, j.lease_until
   )
@@ -1197,6 +1447,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
   v_any boolean := false;
 begin
@@ -1227,6 +1478,7 @@ begin
        where j.job_id = f.id
          and j.status = 2
          and j.worker_id = p_worker_id
+         and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
       returning j.job_id, j.attempts as attempt
     )
@@ -1280,7 +1532,7 @@ create statistics if not exists pyjobq.job_type_status_stats (mcv) on job_type, 
 analyze pyjobq.job;  -- sample ~30,000 rows: the DONE estimate is there from the start
 
 drop function pyjobq.job_counts();  -- its result gains a column
-create function pyjobq.job_counts()
+create or replace function pyjobq.job_counts()
 returns table (
   job_type int,
   job_type_name text,
@@ -1370,6 +1622,7 @@ as $$
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
     left join done_estimated de on de.job_type = t.job_type and s.status = 3
+   where t.job_type <> all ((select pyjobq._denied_types('observe'))::smallint[])  -- evaluated once
    order by t.job_type, s.status
 $$;
 
@@ -1384,6 +1637,13 @@ revoke all on function pyjobq.job_counts() from public;
 revoke all on function pyjobq._check_array(text, anyarray) from public;
 revoke all on function pyjobq._redrive_rows(uuid[], timestamptz) from public;
 revoke all on function pyjobq._check_same_length(text, int, int) from public;
+revoke all on function pyjobq._check_grant_privilege(text) from public;
+revoke all on function pyjobq._check_role(text) from public;
+revoke all on function pyjobq._denied_types(text) from public;
+revoke all on function pyjobq._check_privilege(text, int) from public;
+revoke all on function pyjobq.job_type_grant(int, text, text) from public;
+revoke all on function pyjobq.job_type_revoke(int, text, text) from public;
+revoke all on function pyjobq.job_type_grants() from public;
 revoke all on function pyjobq._tries_left(int, int, int) from public;
 revoke all on function pyjobq._claim_fronts_void() from public;
 revoke all on function pyjobq._claim_front_write(pyjobq.claim_front) from public;
@@ -1391,7 +1651,7 @@ revoke all on function pyjobq._claim_front_read(text, bigint) from public;
 revoke all on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) from public;
 revoke all on function pyjobq.job_release_many(text, uuid[], int[]) from public;
 
-create function pyjobq.job_get(p_job_id uuid)
+create or replace function pyjobq.job_get(p_job_id uuid)
 returns table (
   job_id uuid,
   job_type int,
@@ -1424,6 +1684,7 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
+  perform pyjobq._check_privilege('observe', j.job_type) from pyjobq.job j where j.job_id = p_job_id;
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
@@ -1498,6 +1759,9 @@ begin
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
     pyjobq.job_type_register(int, text),
+    pyjobq.job_type_grant(int, text, text),
+    pyjobq.job_type_revoke(int, text, text),
+    pyjobq.job_type_grants(),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;
@@ -1508,7 +1772,7 @@ revoke all on function pyjobq.grant_roles() from public;
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
-  'register types) '
+  'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

@@ -27,6 +27,7 @@ from pyjobq.rows import (
     RegisteredType,
     Release,
     Renewal,
+    TypeGrant,
 )
 
 __all__ = [
@@ -54,5 +55,6 @@ __all__ = [
     "Release",
     "Renewal",
     "SchemaTooNew",
+    "TypeGrant",
     "migrate",
 ]

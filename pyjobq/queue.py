@@ -29,6 +29,7 @@ from pyjobq.rows import (
     RegisteredType,
     Release,
     Renewal,
+    TypeGrant,
 )
 
 T = TypeVar("T")
@@ -244,6 +245,23 @@ class JobQueue:
     def type_register(self, job_type: int, name: str) -> RegisteredType:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
         return self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
+
+    def type_grant(self, job_type: int, role: str, privilege: str) -> bool:
+        """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
+        the jobs of ``job_type``; from a type's first grant of a privilege, only the roles
+        granted it hold it. True when newly granted."""
+        granted: bool = self._scalar(statements.TYPE_GRANT, (job_type, role, privilege))
+        return granted
+
+    def type_revoke(self, job_type: int, role: str, privilege: str) -> bool:
+        """``job_type_revoke``: take ``privilege`` on ``job_type`` back from ``role``; with no
+        grant of it left, the type is open to the group roles again. True when one was removed."""
+        revoked: bool = self._scalar(statements.TYPE_REVOKE, (job_type, role, privilege))
+        return revoked
+
+    def type_grants(self) -> list[TypeGrant]:
+        """``job_type_grants``: every per-type grant."""
+        return self._rows(TypeGrant, statements.TYPE_GRANTS, ())
 
     def types(self) -> list[JobTypeInfo]:
         """``job_types``: the registered job type codes and names."""

@@ -163,6 +163,17 @@ class JobTypeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeGrant:
+    """A row of ``job_type_grants``: members of ``role_name`` hold ``privilege`` (enqueue,
+    work or observe) on the jobs of ``job_type``."""
+
+    job_type: int
+    job_type_name: str
+    privilege: str
+    role_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class RegisteredType:
     """The row of ``job_type_register``: ``created`` is false if the pair was registered already."""
 

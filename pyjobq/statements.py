@@ -64,4 +64,9 @@ TYPE_REGISTER: LiteralString = (
     "select job_type, name, created from pyjobq.job_type_register(%s::int, %s::text)"
 )
 TYPES: LiteralString = "select job_type, name from pyjobq.job_types()"
+TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
+TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"
+TYPE_GRANTS: LiteralString = (
+    "select job_type, job_type_name, privilege, role_name from pyjobq.job_type_grants()"
+)
 SCHEMA_VERSION: LiteralString = "select pyjobq.schema_version()"

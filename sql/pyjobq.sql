@@ -362,17 +362,20 @@ declare
   v_status smallint;
   v_worker text;
   v_attempts smallint;
+  v_job_type smallint;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts
-    into v_status, v_worker, v_attempts
+  select j.status, j.worker_id, j.attempts, j.job_type
+    into v_status, v_worker, v_attempts, v_job_type
     from pyjobq.job j
    where j.job_id = p_job_id;
-  if not found then
+  if found then
+    perform pyjobq._check_privilege('work', v_job_type);
+  else
     raise exception 'job % does not exist', p_job_id
       using errcode = 'JQ002',
             hint = 'It may have been pruned, or the id is wrong.';
@@ -401,11 +404,13 @@ comment on function pyjobq._raise_not_held(uuid, text, int) is
 -- never more than the claims its smallint counter can still hand out.
 create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
 returns int
-language sql
+language plpgsql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts)
+begin
+  return least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts);
+end;
 $$;
 
 comment on function pyjobq._tries_left(int, int, int) is
@@ -477,6 +482,202 @@ comment on function pyjobq.job_types() is 'The registered job type codes and nam
 
 -- Enqueue ---------------------------------------------------------------------
 
+-- Privileges per job type ------------------------------------------------------
+--
+-- The group roles decide which functions a role may call; these rows narrow,
+-- per job type, who may use them on that type's jobs. A privilege of a type
+-- with no row is open to every role that may call the function (the group
+-- roles' meaning); once a type has a row for a privilege, only members of the
+-- roles named for it (and the schema owner) hold it:
+--
+--   enqueue  job_enqueue, job_enqueue_many
+--   work     job_claim, and each transition a holder makes: complete, fail,
+--            renew, release
+--   observe  job_get, and the type's rows of job_counts
+--
+-- Membership is that of the session's role (session_user): inside a SECURITY
+-- DEFINER function the role that called it is not otherwise known. A worker
+-- whose type it may not work is told 42501 before anything about the job, so
+-- it learns neither the holder nor the attempt.
+
+create table pyjobq.job_type_grant (
+  job_type smallint not null,
+  privilege text not null,
+  role_oid oid not null,
+  constraint job_type_grant_pkey primary key (job_type, privilege, role_oid),
+  constraint job_type_grant_job_type_fkey foreign key (job_type) references pyjobq.job_type (job_type),
+  constraint job_type_grant_privilege_valid check (privilege in ('enqueue', 'work', 'observe'))
+);
+
+comment on table pyjobq.job_type_grant is
+  'Per-type privileges: a (job_type, privilege) with rows is held only by members of the roles named.';
+
+create function pyjobq._denied_types(p_privilege text)
+returns smallint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- PL/pgSQL, not SQL: its plans are kept for the session, where a SQL
+  -- function's body is planned again at every call (tens of microseconds on
+  -- every claim and completion). No grant of the privilege: nothing denied.
+  if not exists (select 1 from pyjobq.job_type_grant g where g.privilege = p_privilege)
+     or pg_has_role(session_user,
+                    (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                    'USAGE') then
+    return '{}';
+  end if;
+  return (select coalesce(array_agg(distinct g.job_type order by g.job_type), '{}')
+            from pyjobq.job_type_grant g
+           where g.privilege = p_privilege
+             and not exists (select 1
+                               from pyjobq.job_type_grant m
+                               join pg_catalog.pg_roles r on r.oid = m.role_oid
+                              where m.job_type = g.job_type
+                                and m.privilege = p_privilege
+                                and pg_has_role(session_user, m.role_oid, 'MEMBER')));
+end;
+$$;
+
+comment on function pyjobq._denied_types(text) is
+  'The job types whose p_privilege is granted to named roles, none of which the session''s role is a member of.';
+
+create function pyjobq._check_privilege(p_privilege text, p_job_type int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_type = any (pyjobq._denied_types(p_privilege)) then
+    raise exception 'permission denied to % jobs of type %', p_privilege, p_job_type
+      using errcode = '42501',
+            detail = format('Job type %s grants %s to named roles only, and role %s is in none of them.',
+                            p_job_type, p_privilege, session_user),
+            hint = 'An admin grants it with pyjobq.job_type_grant(job_type, role, privilege); '
+                   'pyjobq.job_type_grants() lists the grants.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_privilege(text, int) is
+  'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on job type p_job_type.';
+
+create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  insert into pyjobq.job_type_grant (job_type, privilege, role_oid)
+  values (p_job_type, p_privilege, v_role)
+  on conflict do nothing;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_grant(int, text, text) is
+  'Grants p_privilege (enqueue, work or observe) on the jobs of type p_job_type to the members of role p_role. '
+  'From the first grant of a privilege on a type, only the roles granted it hold it. Returns true when newly '
+  'granted, false when it was already.';
+
+create function pyjobq.job_type_revoke(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  delete from pyjobq.job_type_grant g
+   where g.job_type = p_job_type
+     and g.privilege = p_privilege
+     and g.role_oid = v_role;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_revoke(int, text, text) is
+  'Revokes p_privilege on the jobs of type p_job_type from role p_role; once no role holds a grant of it, the '
+  'privilege is open to the group roles again. Returns true when a grant was removed.';
+
+create function pyjobq.job_type_grants()
+returns table (job_type int, job_type_name text, privilege text, role_name text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select g.job_type::int, t.name::text, g.privilege, coalesce(r.rolname::text, g.role_oid::text)
+    from pyjobq.job_type_grant g
+    join pyjobq.job_type t on t.job_type = g.job_type
+    left join pg_catalog.pg_roles r on r.oid = g.role_oid
+   order by g.job_type, g.privilege, 4
+$$;
+
+comment on function pyjobq.job_type_grants() is
+  'The per-type grants: job type, privilege and role (its oid when the role was dropped).';
+
+create function pyjobq._check_grant_privilege(p_privilege text)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_privilege is null then
+    raise exception 'p_privilege must not be null'
+      using errcode = '22004',
+            hint = 'Pass enqueue, work or observe.';
+  end if;
+  if p_privilege not in ('enqueue', 'work', 'observe') then
+    raise exception 'p_privilege must be enqueue, work or observe'
+      using errcode = '22023',
+            detail = format('p_privilege was %s.', p_privilege),
+            hint = 'enqueue: job_enqueue*; work: job_claim and what a holder does; observe: job_get, job_counts.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_grant_privilege(text) is
+  'Raises 22004 or 22023 unless p_privilege is enqueue, work or observe.';
+
+create function pyjobq._check_role(p_role text)
+returns oid
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_text('p_role', p_role, 63, false);
+  select r.oid into v_role from pg_catalog.pg_roles r where r.rolname = p_role;
+  if not found then
+    raise exception 'p_role % is not a role', p_role
+      using errcode = '22023',
+            hint = 'Pass the exact name of an existing role: names are case-sensitive and never quoted here.';
+  end if;
+  return v_role;
+end;
+$$;
+
+comment on function pyjobq._check_role(text) is
+  'Returns the oid of the role named exactly p_role; raises 22004/22023 for no name or an unknown one.';
+
 create function pyjobq._new_job_ids(p_now timestamptz, p_count int)
 returns table (seq bigint, job_id uuid)
 language sql
@@ -523,6 +724,7 @@ declare
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_privilege('enqueue', p_job_type);
   perform pyjobq._check_payload('p_payload', v_payload);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -599,6 +801,7 @@ begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_privilege('enqueue', p_job_type);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -873,6 +1076,7 @@ declare
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
   v_types smallint[];
+  v_denied smallint[];
   v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
   v_bounded boolean;
@@ -900,6 +1104,16 @@ begin
             hint = 'Pass null to claim every registered type.';
   else
     v_types := p_job_types::smallint[];
+  end if;
+  -- Types whose work privilege names roles the caller is not in: left out of
+  -- "every type", refused when asked for by code.
+  v_denied := pyjobq._denied_types('work');
+  if cardinality(v_denied) > 0 then
+    if p_job_types is null then
+      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
+    else
+      perform pyjobq._check_privilege('work', u.code) from unnest(v_types) as u(code);
+    end if;
   end if;
 
   -- Resume after this session's claim front, if it still holds (see "Claim
@@ -1035,6 +1249,7 @@ set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -1046,6 +1261,7 @@ begin
    where j.job_id = p_job_id
      and j.status = 2
      and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
      and j.attempts = p_attempt;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
@@ -1081,6 +1297,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
@@ -1112,6 +1329,7 @@ begin
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
     returning j.job_id, j.attempts
   )
@@ -1121,6 +1339,7 @@ begin
          case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
               else exists (select from pyjobq.job k
                             where k.job_id = i.id
+                              and k.job_type <> all (v_denied)
                               and k.status = 3
                               and k.worker_id = p_worker_id
                               and k.attempts = i.attempt)
@@ -1152,6 +1371,7 @@ set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
 begin
@@ -1178,6 +1398,7 @@ begin
    where j.job_id = p_job_id
      and j.status = 2
      and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
   returning j.status::int, j.run_after into status, run_after;
   if not found then
@@ -1220,6 +1441,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_lease int := coalesce(p_lease_seconds, 300);
   v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
@@ -1242,6 +1464,7 @@ begin
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
     returning j.job_id, j.attempts, j.lease_until
   )
@@ -1306,6 +1529,7 @@ set jit = off
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
   v_any boolean := false;
 begin
@@ -1336,6 +1560,7 @@ begin
        where j.job_id = f.id
          and j.status = 2
          and j.worker_id = p_worker_id
+         and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
       returning j.job_id, j.attempts as attempt
     )
@@ -1693,6 +1918,7 @@ as $$
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
     left join done_estimated de on de.job_type = t.job_type and s.status = 3
+   where t.job_type <> all ((select pyjobq._denied_types('observe'))::smallint[])  -- evaluated once
    order by t.job_type, s.status
 $$;
 
@@ -1735,6 +1961,7 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
+  perform pyjobq._check_privilege('observe', j.job_type) from pyjobq.job j where j.job_id = p_job_id;
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
@@ -1816,6 +2043,9 @@ begin
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
     pyjobq.job_type_register(int, text),
+    pyjobq.job_type_grant(int, text, text),
+    pyjobq.job_type_revoke(int, text, text),
+    pyjobq.job_type_grants(),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;
@@ -1826,7 +2056,7 @@ revoke all on function pyjobq.grant_roles() from public;
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
-  'register types) '
+  'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

@@ -35,7 +35,15 @@ from pyjobq import (
 )
 from pyjobq.errors import translate
 from pyjobq.migrate import shipped_migrations
-from pyjobq.rows import JobInfo, JobTypeInfo, ReapedJob, RegisteredType, Release, Renewal
+from pyjobq.rows import (
+    JobInfo,
+    JobTypeInfo,
+    ReapedJob,
+    RegisteredType,
+    Release,
+    Renewal,
+    TypeGrant,
+)
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -218,6 +226,7 @@ ROW_STATEMENTS = [
     ("COUNTS", CountRow),
     ("TYPE_REGISTER", RegisteredType),
     ("TYPES", JobTypeInfo),
+    ("TYPE_GRANTS", TypeGrant),
     ("GET", JobInfo),
 ]
 

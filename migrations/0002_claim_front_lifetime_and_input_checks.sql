@@ -22,6 +22,10 @@
 -- tables, so its cost follows the active jobs, not the history; a column
 -- exact tells the figures apart.
 --
+-- job_cancel: PENDING and RUNNING jobs to CANCELLED (status 5, final like DONE
+-- and DEAD, counted, pruned, redrivable); a RUNNING job's holder is fenced out
+-- (JQ005) and told at its next job_renew_lease_many.
+--
 -- job_get: one job with its payload, result and last error, for producers and
 -- admins (observers see counts only).
 --
@@ -395,6 +399,11 @@ begin
       using errcode = 'JQ002',
             hint = 'It may have been pruned, or the id is wrong.';
   end if;
+  if v_status = 5 then
+    raise exception 'job % was cancelled', p_job_id
+      using errcode = 'JQ005',
+            hint = 'Stop working on it: nothing this attempt does is recorded.';
+  end if;
   if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
     raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
       using errcode = 'JQ003',
@@ -590,6 +599,13 @@ alter table pyjobq.job drop constraint job_attempts_within_max;
 alter table pyjobq.job add constraint job_attempts_within_max
   check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts) not valid;
 alter table pyjobq.job validate constraint job_attempts_within_max;
+-- CANCELLED, status 5: a final status like DONE and DEAD.
+alter table pyjobq.job drop constraint job_status_valid;
+alter table pyjobq.job add constraint job_status_valid check (status between 1 and 5) not valid;
+alter table pyjobq.job validate constraint job_status_valid;
+comment on table pyjobq.job is
+  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
+  '5 CANCELLED.';
 comment on column pyjobq.job.attempts is
   'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
   'fail, renew or release, so a token is never valid twice for a job.';
@@ -1171,7 +1187,7 @@ as $$
     select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
       from pyjobq.job d
      where d.job_id = any (p_ids)
-       and d.status = 4
+       and d.status in (4, 5)
        and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
        and (d.dedupe_key is null
             or not exists (select 1
@@ -1190,14 +1206,15 @@ as $$
            updated_at = p_now
       from free f
      where j.job_id = f.job_id
-       and j.status = 4
+       and j.status in (4, 5)
     returning j.job_id
   )
   select coalesce(array_agg(m.job_id), '{}') from moved m
 $$;
 
 comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
-  'job_redrive''s update: the DEAD jobs of p_ids whose dedupe key is free back to PENDING; returns their ids.';
+  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
+  'returns their ids.';
 
 create or replace function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
@@ -1238,7 +1255,7 @@ begin
     into v_picked
     from (select p.job_id, p.updated_at
             from pyjobq.job p
-           where p.status = 4
+           where p.status in (4, 5)
              and (p_job_ids is null or p.job_id = any (p_job_ids))
              and (p_job_type is null or p.job_type = p_job_type)
              and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
@@ -1271,10 +1288,10 @@ end;
 $$;
 
 comment on function pyjobq.job_redrive(uuid[], int, int) is
-  'Moves DEAD jobs back to PENDING, due now, with a fresh budget of max_attempts tries (attempts, the fencing '
-  'token, goes on from where it was): the ids in p_job_ids, or else every '
-  'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
+  'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
+  '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
+  'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
 
 
 create or replace function pyjobq.job_prune(p_older_than interval, p_limit int default null)
@@ -1299,7 +1316,7 @@ begin
   with doomed as (
     select d.job_id
       from pyjobq.job d
-     where d.status in (3, 4)
+     where d.status in (3, 4, 5)
        and d.updated_at < v_now - p_older_than
      limit v_limit
        for update skip locked
@@ -1313,7 +1330,8 @@ end;
 $$;
 
 comment on function pyjobq.job_prune(interval, int) is
-  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than '
+  'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
+  'p_older_than '
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit.';
 
@@ -1343,7 +1361,7 @@ create or replace function pyjobq.job_renew_lease_many(
   p_attempts int[],
   p_lease_seconds int default null
 )
-returns table (job_id uuid, renewed boolean, lease_until timestamptz)
+returns table (job_id uuid, renewed boolean, lease_until timestamptz, cancelled boolean)
 language plpgsql
 volatile
 security definer
@@ -1386,7 +1404,13 @@ begin
        and j.attempts = f.attempt
     returning j.job_id, j.attempts, j.lease_until
   )
-  select i.id, r.job_id is not null, r.lease_until
+  select i.id, r.job_id is not null, r.lease_until,
+         -- cancelled while this holder had it: stop the handler
+         r.job_id is null and exists (select from pyjobq.job k
+                                       where k.job_id = i.id
+                                         and k.status = 5
+                                         and k.worker_id = p_worker_id
+                                         and k.attempts = i.attempt)
     from input i
     left join renewed r on r.job_id = i.id and r.attempts = i.attempt
    order by i.ord;
@@ -1397,7 +1421,8 @@ comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
   'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
-  'unchanged). A holder whose lease expired but was not yet reaped still holds the job.';
+  'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
+  'was not yet reaped still holds the job.';
 
 create or replace function pyjobq.job_renew_lease(
   p_job_id uuid,
@@ -1420,6 +1445,7 @@ begin
   select r.lease_until
     into v_lease_until
     from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+  -- Not renewed: why, including JQ005 when the job was cancelled.
   if v_lease_until is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
@@ -1527,7 +1553,7 @@ comment on function pyjobq.job_release(uuid, text, int) is
 -- job_counts no longer reads the DONE history. On a large table, build the
 -- index first with CREATE INDEX CONCURRENTLY under the same name: then this
 -- step only checks that it exists, instead of blocking writes while it builds.
-create index if not exists job_dead_idx on pyjobq.job (job_type) where status = 4;
+create index if not exists job_dead_cancelled_idx on pyjobq.job (job_type, status) where status in (4, 5);
 create statistics if not exists pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
 analyze pyjobq.job;  -- sample ~30,000 rows: the DONE estimate is there from the start
 
@@ -1547,7 +1573,7 @@ language sql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
--- PENDING, RUNNING and DEAD through their partial indexes whatever the
+-- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
 -- statistics say, so the cost follows the jobs in those states, never the
 -- DONE history.
 set enable_seqscan = off
@@ -1567,10 +1593,10 @@ as $$
      where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
      group by j.job_type
     union all
-    select j.job_type, 4, count(*), null, null
+    select j.job_type, j.status, count(*), null, null
       from pyjobq.job j
-     where j.status = 4
-     group by j.job_type
+     where j.status in (4, 5)
+     group by j.job_type, j.status
   ), size as (
     -- The rows the planner would assume now: rows per page at the last
     -- ANALYZE times the pages now (null before the first ANALYZE).
@@ -1617,7 +1643,8 @@ as $$
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
          s.status <> 3 or z.small
     from pyjobq.job_type t
-   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
+   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD'), (5, 'CANCELLED'))
+              as s(status, status_name)
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
@@ -1629,7 +1656,8 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
-  'PENDING, RUNNING and DEAD are exact and read through indexes. DONE is exact while the table is at most 1 MiB; '
+  'PENDING, RUNNING, DEAD and CANCELLED are exact and read through indexes. DONE is exact while the table is at '
+  'most 1 MiB; '
   'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
 
 revoke all on function pyjobq.job_counts() from public;
@@ -1688,10 +1716,10 @@ begin
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
-         (array['PENDING', 'RUNNING', 'DONE', 'DEAD'])[j.status],
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status],
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4) then j.updated_at end, j.created_at, j.updated_at
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -1705,6 +1733,75 @@ comment on function pyjobq.job_get(uuid) is
   'or pruned).';
 
 revoke all on function pyjobq.job_get(uuid) from public;
+
+create function pyjobq.job_cancel(p_job_ids uuid[])
+returns table (job_id uuid, outcome text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  -- Cancelling is the producers' side of a type: its enqueue privilege.
+  perform pyjobq._check_privilege('enqueue', j.job_type)
+     from pyjobq.job j
+    where j.job_id = any (p_job_ids);
+  -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
+  -- its worker id on the row but holds nothing any more, so its every later
+  -- call is refused (JQ005), and job_renew_lease_many tells it at the next
+  -- heartbeat (cancelled = true) to stop the handler. Rows are locked in id
+  -- order, so two cancels of overlapping sets cannot deadlock.
+  return query
+  with input as (
+    select u.id, u.ord
+      from unnest(p_job_ids) with ordinality as u(id, ord)
+  ), locked as materialized (
+    select k.job_id, k.status
+      from pyjobq.job k
+     where k.job_id in (select i.id from input i)
+     order by k.job_id
+       for update
+  ), cancelled as (
+    update pyjobq.job j
+       set status = 5,
+           lease_until = null,
+           last_error = coalesce(j.last_error, 'cancelled'),
+           updated_at = v_now
+      from locked l
+     where j.job_id = l.job_id
+       and l.status in (1, 2)
+    returning j.job_id
+  )
+  select i.id,
+         case when l.job_id is null then 'not_found'
+              when l.status = 1 then 'cancelled'
+              when l.status = 2 then 'cancelled_running'
+              else 'finished'
+         end
+    from input i
+    left join locked l on l.job_id = i.id
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_cancel(uuid[]) is
+  'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
+  'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
+  'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
+  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
+
+revoke all on function pyjobq.job_cancel(uuid[]) from public;
 
 create or replace function pyjobq.grant_roles()
 returns void
@@ -1755,6 +1852,8 @@ begin
   -- Payloads and results are the application's data: producers read back what they
   -- enqueued, admins what they operate on; observers see figures only.
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
+  -- Producers cancel what they enqueued; admins anything.
+  grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
@@ -1770,8 +1869,8 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, cancel), pyjobq_worker (claim, complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, cancel, reap, redrive, prune, '
   'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -3,6 +3,7 @@
 from pyjobq.errors import (
     InvalidArgument,
     JobAlreadyFinished,
+    JobCancelled,
     JobNotFound,
     JobStateError,
     JobTypeConflict,
@@ -14,6 +15,7 @@ from pyjobq.errors import (
 from pyjobq.migrate import SCHEMA_VERSION, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
+    Cancellation,
     ClaimedJob,
     Completion,
     CountRow,
@@ -32,6 +34,7 @@ from pyjobq.rows import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Cancellation",
     "ClaimedJob",
     "Completion",
     "CountRow",
@@ -39,6 +42,7 @@ __all__ = [
     "FailOutcome",
     "InvalidArgument",
     "JobAlreadyFinished",
+    "JobCancelled",
     "JobInfo",
     "JobNotFound",
     "JobQueue",

@@ -22,6 +22,7 @@ from pyjobq import statements
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
+    Cancellation,
     ClaimedJob,
     Completion,
     CountRow,
@@ -227,6 +228,11 @@ class AsyncJobQueue:
         """``job_get``: the job with its payload, result and last error; None if there is none."""
         rows = await self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
+
+    async def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
+        """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is
+        fenced out and told at its next heartbeat); one :class:`Cancellation` per id, in order."""
+        return await self._rows(Cancellation, statements.CANCEL, (list(job_ids),))
 
     async def redrive(
         self,

@@ -482,7 +482,7 @@ def reap(dsn: str | None, limit: int | None) -> None:
 def redrive(
     dsn: str | None, job_ids: tuple[str, ...], job_type: str | None, limit: int | None
 ) -> None:
-    """Move DEAD jobs (JOB_IDS, or all of --type, or all) back to PENDING, with fresh tries."""
+    """Move DEAD or CANCELLED jobs (JOB_IDS, or all of --type, or all) back to PENDING."""
     try:
         ids = [UUID(j) for j in job_ids] or None
     except ValueError:
@@ -497,10 +497,25 @@ def redrive(
 
 @main.command()
 @dsn_option
+@click.argument("job_ids", nargs=-1, required=True)
+def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
+    """Cancel jobs: PENDING and RUNNING ones become CANCELLED; prints each id and its outcome."""
+    try:
+        ids = [UUID(j) for j in job_ids]
+    except ValueError:
+        raise click.BadParameter("job ids must be UUIDs", param_hint="JOB_IDS") from None
+    with queue(dsn) as q:
+        rows = q.cancel(ids)
+    for row in rows:
+        click.echo(f"{row.job_id} {row.outcome}")
+
+
+@main.command()
+@dsn_option
 @click.option("--older-than", required=True, help="age of DONE/DEAD jobs to delete, e.g. 7d, 12h")
 @click.option("--limit", type=click.IntRange(1, 100000), help="per call [default: 10000]")
 def prune(dsn: str | None, older_than: str, limit: int | None) -> None:
-    """Delete DONE and DEAD jobs last changed more than --older-than ago, in batches."""
+    """Delete DONE, DEAD and CANCELLED jobs last changed more than --older-than ago, in batches."""
     age = parse_duration(older_than)
     total = 0
     with queue(dsn) as q:

@@ -75,6 +75,12 @@ class JobAlreadyFinished(JobStateError):
     sqlstate = "JQ003"
 
 
+class JobCancelled(JobStateError):
+    """JQ005: the job was cancelled (``job_cancel``): nothing the attempt does is recorded."""
+
+    sqlstate = "JQ005"
+
+
 class JobTypeConflict(JobStateError):
     """JQ004: the job type code or name is already registered to another."""
 
@@ -83,7 +89,14 @@ class JobTypeConflict(JobStateError):
 
 _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
     cls.sqlstate: cls
-    for cls in (LeaseLost, JobNotFound, JobAlreadyFinished, JobTypeConflict, LockTimeout)
+    for cls in (
+        LeaseLost,
+        JobNotFound,
+        JobAlreadyFinished,
+        JobTypeConflict,
+        JobCancelled,
+        LockTimeout,
+    )
     if cls.sqlstate is not None
 }
 

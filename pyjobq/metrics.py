@@ -26,6 +26,7 @@ class WorkerMetrics:
     dead: int = 0
     timed_out: int = 0
     lease_lost: int = 0
+    cancelled: int = 0
     released: int = 0
     renewed: int = 0
     reaped: int = 0
@@ -61,4 +62,5 @@ class WorkerHooks:
         """A handler is about to run ``job``."""
 
     def on_job_end(self, job: ClaimedJob, outcome: str, error: BaseException | None) -> None:
-        """``job`` finished: ``outcome`` is completed, retry, dead, lease_lost or abandoned."""
+        """``job`` finished: ``outcome`` is completed, retry, dead, lease_lost, cancelled or
+        abandoned."""

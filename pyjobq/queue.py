@@ -18,6 +18,7 @@ from pyjobq import statements
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
+    Cancellation,
     ClaimedJob,
     Completion,
     CountRow,
@@ -223,6 +224,11 @@ class JobQueue:
         """``job_get``: the job with its payload, result and last error; None if there is none."""
         rows = self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
+
+    def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
+        """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is
+        fenced out and told at its next heartbeat); one :class:`Cancellation` per id, in order."""
+        return self._rows(Cancellation, statements.CANCEL, (list(job_ids),))
 
     def redrive(
         self,

@@ -16,6 +16,7 @@ class JobStatus(IntEnum):
     RUNNING = 2
     DONE = 3
     DEAD = 4
+    CANCELLED = 5
 
 
 class JobType(IntEnum):
@@ -60,11 +61,21 @@ class Completion:
 @dataclass(frozen=True, slots=True)
 class Renewal:
     """A row of ``job_renew_lease_many``: ``renewed`` is false, and ``lease_until`` None, for an
-    attempt no longer held."""
+    attempt no longer held; ``cancelled`` is true when ``job_cancel`` took it from this holder."""
 
     job_id: UUID
     renewed: bool
     lease_until: datetime | None
+    cancelled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A row of ``job_cancel``: ``outcome`` is cancelled, cancelled_running, finished (already
+    DONE, DEAD or CANCELLED, unchanged) or not_found."""
+
+    job_id: UUID
+    outcome: str
 
 
 @dataclass(frozen=True, slots=True)

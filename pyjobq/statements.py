@@ -39,7 +39,7 @@ FAIL: LiteralString = (
 )
 RENEW_LEASE: LiteralString = "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int)"
 RENEW_LEASE_MANY: LiteralString = (
-    "select job_id, renewed, lease_until from pyjobq.job_renew_lease_many("
+    "select job_id, renewed, lease_until, cancelled from pyjobq.job_renew_lease_many("
     "%s::text, %s::uuid[], %s::int[], %s::int)"
 )
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int)"
@@ -58,6 +58,7 @@ GET: LiteralString = (
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
     " run_started_at, finished_at, created_at, updated_at from pyjobq.job_get(%s::uuid)"
 )
+CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
 TYPE_REGISTER: LiteralString = (

@@ -54,13 +54,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pyjobq.aio import AsyncJobQueue
-from pyjobq.errors import InvalidArgument, JobStateError, LeaseLost, LockTimeout, PyjobqError
+from pyjobq.errors import (
+    InvalidArgument,
+    JobCancelled,
+    JobStateError,
+    LeaseLost,
+    LockTimeout,
+    PyjobqError,
+)
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
 from pyjobq.migrate import check_schema_version
 from pyjobq.params import Payload
@@ -140,8 +148,23 @@ class _Held:
     claimed_at: float
     renewed_at: float
     lost: bool = False
+    cancelled: bool = False
     result: Jsonb | None = None
     task: asyncio.Future[Any] | None = field(default=None, repr=False)
+    # The runner's own task while it awaits an async handler in it (no job_timeout).
+    runner: asyncio.Task[Any] | None = field(default=None, repr=False)
+
+
+# (job_id, attempt) of the jobs job_cancel took from a handler of this process.
+_cancelled: set[tuple[UUID, int]] = set()
+
+
+def is_cancelled(job: ClaimedJob) -> bool:
+    """True once ``job_cancel`` took ``job`` from the worker running it, which learns it at its
+    next heartbeat. A sync handler can check it between steps and return early; an async handler
+    is cancelled instead (``asyncio.CancelledError`` at its next await). Either way nothing the
+    attempt returns is recorded: the job is already CANCELLED."""
+    return (job.job_id, job.attempt) in _cancelled
 
 
 class Worker:
@@ -549,9 +572,14 @@ class Worker:
         try:
             if self.job_timeout is None:
                 # No deadline: no extra task or shield per job. An async handler runs in
-                # this runner's task (a hard stop cancels the runner), a sync one in the pool.
+                # this runner's task (a hard stop or a cancel cancels the runner), a sync one
+                # in the pool.
                 if job.job_type in self._async_types:
-                    result = await handler(job)  # type: ignore[misc]
+                    held.runner = asyncio.current_task()
+                    try:
+                        result = await handler(job)  # type: ignore[misc]
+                    finally:
+                        self._end_cancellable(held)
                 else:
                     loop = asyncio.get_running_loop()
                     held.task = loop.run_in_executor(self._executor, handler, job)
@@ -564,6 +592,10 @@ class Worker:
                     loop = asyncio.get_running_loop()
                     held.task = loop.run_in_executor(self._executor, handler, job)
                 result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
+        except asyncio.CancelledError:
+            if not held.cancelled:
+                raise  # a hard stop
+            self._lost(held)
         except Retry as e:
             await self._fail(held, e, e.delay_seconds, False)
         except DeadLetter as e:
@@ -608,9 +640,37 @@ class Worker:
             )
 
     def _lost(self, held: _Held) -> None:
+        """The attempt no longer counts: its lease was lost, or the job was cancelled."""
+        _cancelled.discard((held.job.job_id, held.job.attempt))
+        if held.cancelled:
+            self.metrics.cancelled += 1
+            self._hook(self.hooks.on_job_end, held.job, "cancelled", None)
+            log.info(
+                "job cancelled: handler stopped, nothing recorded", extra=self._extra(held.job)
+            )
+            return
         self.metrics.lease_lost += 1
         self._hook(self.hooks.on_job_end, held.job, "lease_lost", None)
         log.warning("lease lost: result dropped", extra=self._extra(held.job))
+
+    def _end_cancellable(self, held: _Held) -> None:
+        """The handler awaited in this runner's task has returned or raised: a cancel may no
+        longer interrupt the runner, and one that was delivered is taken back from it (the job
+        was cancelled, not the runner)."""
+        held.runner = None
+        runner = asyncio.current_task()
+        if held.cancelled and runner is not None and runner.cancelling():
+            runner.uncancel()
+
+    def _cancel(self, held: _Held) -> None:
+        """job_cancel took ``held``'s job: stop its handler (an async one is cancelled, a sync
+        one sees :func:`is_cancelled`), and drop whatever it returns."""
+        held.lost = held.cancelled = True
+        _cancelled.add((held.job.job_id, held.job.attempt))
+        if held.runner is not None:
+            held.runner.cancel()
+        elif held.task is not None and held.job.job_type in self._async_types:
+            held.task.cancel()
 
     async def _fail(
         self, held: _Held, error: BaseException, delay: float | None, dead_letter: bool
@@ -626,7 +686,8 @@ class Worker:
                     )
                 )
                 break
-            except LeaseLost:
+            except (LeaseLost, JobCancelled) as e:
+                held.cancelled = isinstance(e, JobCancelled)
                 self._lost(held)
                 return
             except JobStateError as e:
@@ -794,6 +855,8 @@ class Worker:
             if row.renewed:
                 held.renewed_at = started
                 self.metrics.renewed += 1
+            elif held in self._running and row.cancelled:
+                self._cancel(held)
             elif held in self._running:
                 held.lost = True
                 log.warning("lease lost while running", extra=self._extra(held.job))

@@ -16,9 +16,10 @@
 --   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
---   job_prune                        -> DONE and DEAD rows deleted after a while
+--   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
 --   job_counts                       -> jobs per type and status, with health figures
 --   job_get                          -> one job, with its payload, result and last error
+--   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
 --
 -- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
 -- transition is a compare-and-set on all three plus status = RUNNING, so a
@@ -148,7 +149,7 @@ create table pyjobq.job (
   seq bigint not null default nextval('pyjobq.job_seq'),
   attempts_refunded smallint not null default 0,
   constraint job_pkey primary key (job_id),
-  constraint job_status_valid check (status between 1 and 4),
+  constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
   constraint job_attempts_within_max
     check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
@@ -157,7 +158,8 @@ create table pyjobq.job (
 );
 
 comment on table pyjobq.job is
-  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD.';
+  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
+  '5 CANCELLED.';
 comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
@@ -187,15 +189,15 @@ create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status
 -- planner would otherwise read this whole index for each of them.
 create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
 
--- job_counts: the DEAD jobs, exactly, without reading the DONE history.
--- Jobs become DEAD rarely, so the index costs the drain nothing.
-create index job_dead_idx on pyjobq.job (job_type) where status = 4;
+-- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
+-- DONE history. Jobs end so rarely, so the index costs the drain nothing.
+create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where status in (4, 5);
 
 -- job_counts: the share of each (job_type, status) pair in the sample of the
 -- last ANALYZE, from which it estimates the DONE jobs without reading them.
 create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
 
--- The active-duplicate guard; DONE and DEAD jobs free their key.
+-- The active-duplicate guard; DONE, DEAD and CANCELLED jobs free their key.
 create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
 
@@ -379,6 +381,11 @@ begin
     raise exception 'job % does not exist', p_job_id
       using errcode = 'JQ002',
             hint = 'It may have been pruned, or the id is wrong.';
+  end if;
+  if v_status = 5 then
+    raise exception 'job % was cancelled', p_job_id
+      using errcode = 'JQ005',
+            hint = 'Stop working on it: nothing this attempt does is recorded.';
   end if;
   if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
     raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
@@ -1425,7 +1432,7 @@ create function pyjobq.job_renew_lease_many(
   p_attempts int[],
   p_lease_seconds int default null
 )
-returns table (job_id uuid, renewed boolean, lease_until timestamptz)
+returns table (job_id uuid, renewed boolean, lease_until timestamptz, cancelled boolean)
 language plpgsql
 volatile
 security definer
@@ -1468,7 +1475,13 @@ begin
        and j.attempts = f.attempt
     returning j.job_id, j.attempts, j.lease_until
   )
-  select i.id, r.job_id is not null, r.lease_until
+  select i.id, r.job_id is not null, r.lease_until,
+         -- cancelled while this holder had it: stop the handler
+         r.job_id is null and exists (select from pyjobq.job k
+                                       where k.job_id = i.id
+                                         and k.status = 5
+                                         and k.worker_id = p_worker_id
+                                         and k.attempts = i.attempt)
     from input i
     left join renewed r on r.job_id = i.id and r.attempts = i.attempt
    order by i.ord;
@@ -1479,7 +1492,8 @@ comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
   'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
-  'unchanged). A holder whose lease expired but was not yet reaped still holds the job.';
+  'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
+  'was not yet reaped still holds the job.';
 
 create function pyjobq.job_renew_lease(
   p_job_id uuid,
@@ -1502,6 +1516,7 @@ begin
   select r.lease_until
     into v_lease_until
     from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+  -- Not renewed: why, including JQ005 when the job was cancelled.
   if v_lease_until is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
   end if;
@@ -1668,7 +1683,7 @@ comment on function pyjobq.job_reap(int) is
 
 -- Operations ------------------------------------------------------------------
 
--- DEAD jobs among p_ids back to PENDING, due at p_now, with a fresh budget
+-- DEAD and CANCELLED jobs among p_ids back to PENDING, due at p_now, with a fresh budget
 -- of max_attempts tries (attempts, the fencing token, goes on); returns the
 -- ids moved. A job that has used up its claim counter stays DEAD. A job whose dedupe key an active job holds, or an older one of
 -- p_ids takes, stays DEAD (keys are unique among active jobs only). A key an
@@ -1683,7 +1698,7 @@ as $$
     select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
       from pyjobq.job d
      where d.job_id = any (p_ids)
-       and d.status = 4
+       and d.status in (4, 5)
        and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
        and (d.dedupe_key is null
             or not exists (select 1
@@ -1702,14 +1717,15 @@ as $$
            updated_at = p_now
       from free f
      where j.job_id = f.job_id
-       and j.status = 4
+       and j.status in (4, 5)
     returning j.job_id
   )
   select coalesce(array_agg(m.job_id), '{}') from moved m
 $$;
 
 comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
-  'job_redrive''s update: the DEAD jobs of p_ids whose dedupe key is free back to PENDING; returns their ids.';
+  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
+  'returns their ids.';
 
 create function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
@@ -1750,7 +1766,7 @@ begin
     into v_picked
     from (select p.job_id, p.updated_at
             from pyjobq.job p
-           where p.status = 4
+           where p.status in (4, 5)
              and (p_job_ids is null or p.job_id = any (p_job_ids))
              and (p_job_type is null or p.job_type = p_job_type)
              and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
@@ -1783,10 +1799,10 @@ end;
 $$;
 
 comment on function pyjobq.job_redrive(uuid[], int, int) is
-  'Moves DEAD jobs back to PENDING, due now, with a fresh budget of max_attempts tries (attempts, the fencing '
-  'token, goes on from where it was): the ids in p_job_ids, or else every '
-  'DEAD job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays DEAD. Returns the ids it moved.';
+  'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
+  '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
+  'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
 
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
@@ -1810,7 +1826,7 @@ begin
   with doomed as (
     select d.job_id
       from pyjobq.job d
-     where d.status in (3, 4)
+     where d.status in (3, 4, 5)
        and d.updated_at < v_now - p_older_than
      limit v_limit
        for update skip locked
@@ -1824,7 +1840,8 @@ end;
 $$;
 
 comment on function pyjobq.job_prune(interval, int) is
-  'Deletes up to p_limit (1..100000, default 10000) DONE and DEAD jobs last changed more than p_older_than '
+  'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
+  'p_older_than '
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit.';
 
@@ -1843,7 +1860,7 @@ language sql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
--- PENDING, RUNNING and DEAD through their partial indexes whatever the
+-- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
 -- statistics say, so the cost follows the jobs in those states, never the
 -- DONE history.
 set enable_seqscan = off
@@ -1863,10 +1880,10 @@ as $$
      where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
      group by j.job_type
     union all
-    select j.job_type, 4, count(*), null, null
+    select j.job_type, j.status, count(*), null, null
       from pyjobq.job j
-     where j.status = 4
-     group by j.job_type
+     where j.status in (4, 5)
+     group by j.job_type, j.status
   ), size as (
     -- The rows the planner would assume now: rows per page at the last
     -- ANALYZE times the pages now (null before the first ANALYZE).
@@ -1913,7 +1930,8 @@ as $$
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
          s.status <> 3 or z.small
     from pyjobq.job_type t
-   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD')) as s(status, status_name)
+   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD'), (5, 'CANCELLED'))
+              as s(status, status_name)
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
@@ -1925,7 +1943,8 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
-  'PENDING, RUNNING and DEAD are exact and read through indexes. DONE is exact while the table is at most 1 MiB; '
+  'PENDING, RUNNING, DEAD and CANCELLED are exact and read through indexes. DONE is exact while the table is at '
+  'most 1 MiB; '
   'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
@@ -1965,10 +1984,10 @@ begin
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
-         (array['PENDING', 'RUNNING', 'DONE', 'DEAD'])[j.status],
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status],
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4) then j.updated_at end, j.created_at, j.updated_at
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -1980,6 +1999,73 @@ comment on function pyjobq.job_get(uuid) is
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
   '(run_started_at) and when it finished (DONE or DEAD). No row when there is no such job (never enqueued, '
   'or pruned).';
+
+create function pyjobq.job_cancel(p_job_ids uuid[])
+returns table (job_id uuid, outcome text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  -- Cancelling is the producers' side of a type: its enqueue privilege.
+  perform pyjobq._check_privilege('enqueue', j.job_type)
+     from pyjobq.job j
+    where j.job_id = any (p_job_ids);
+  -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
+  -- its worker id on the row but holds nothing any more, so its every later
+  -- call is refused (JQ005), and job_renew_lease_many tells it at the next
+  -- heartbeat (cancelled = true) to stop the handler. Rows are locked in id
+  -- order, so two cancels of overlapping sets cannot deadlock.
+  return query
+  with input as (
+    select u.id, u.ord
+      from unnest(p_job_ids) with ordinality as u(id, ord)
+  ), locked as materialized (
+    select k.job_id, k.status
+      from pyjobq.job k
+     where k.job_id in (select i.id from input i)
+     order by k.job_id
+       for update
+  ), cancelled as (
+    update pyjobq.job j
+       set status = 5,
+           lease_until = null,
+           last_error = coalesce(j.last_error, 'cancelled'),
+           updated_at = v_now
+      from locked l
+     where j.job_id = l.job_id
+       and l.status in (1, 2)
+    returning j.job_id
+  )
+  select i.id,
+         case when l.job_id is null then 'not_found'
+              when l.status = 1 then 'cancelled'
+              when l.status = 2 then 'cancelled_running'
+              else 'finished'
+         end
+    from input i
+    left join locked l on l.job_id = i.id
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_cancel(uuid[]) is
+  'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
+  'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
+  'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
+  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
 
 -- Privileges ------------------------------------------------------------------
 
@@ -2039,6 +2125,8 @@ begin
   -- Payloads and results are the application's data: producers read back what they
   -- enqueued, admins what they operate on; observers see figures only.
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
+  -- Producers cancel what they enqueued; admins anything.
+  grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
@@ -2054,8 +2142,8 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get), pyjobq_worker (claim, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, reap, redrive, prune, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, cancel), pyjobq_worker (claim, complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, cancel, reap, redrive, prune, '
   'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -96,6 +96,8 @@ BAD_CALLS = [
     ),
     ("22023", "p_attempts", "select pyjobq.job_release_many('w1', array[gen_random_uuid()], null)"),
     ("22023", "p_worker_id", "select pyjobq.job_release_many('', array[gen_random_uuid()], '{1}')"),
+    ("22023", "p_job_ids", "select pyjobq.job_cancel(array[]::uuid[])"),
+    ("22023", "p_job_ids", "select pyjobq.job_cancel(null)"),
     ("22023", "p_limit", "select pyjobq.job_reap(0)"),
     ("22023", "p_limit", "select pyjobq.job_redrive(p_limit => 100001)"),
     ("22023", "p_job_type", "select pyjobq.job_redrive(p_job_type => 42)"),

@@ -36,6 +36,7 @@ from pyjobq import (
 from pyjobq.errors import translate
 from pyjobq.migrate import shipped_migrations
 from pyjobq.rows import (
+    Cancellation,
     JobInfo,
     JobTypeInfo,
     ReapedJob,
@@ -191,7 +192,15 @@ def test_errors_that_are_not_pyjobqs_come_out_unchanged(conn: Conn) -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [LeaseLost, JobNotFound, JobAlreadyFinished, JobTypeConflict, pyjobq.LockTimeout]
+    "cls",
+    [
+        LeaseLost,
+        JobNotFound,
+        JobAlreadyFinished,
+        JobTypeConflict,
+        pyjobq.JobCancelled,
+        pyjobq.LockTimeout,
+    ],
 )
 def test_each_error_class_is_what_its_declared_sqlstate_becomes(
     conn: Conn, cls: type[PyjobqError]
@@ -221,6 +230,7 @@ ROW_STATEMENTS = [
     ("COMPLETE_MANY", Completion),
     ("RENEW_LEASE_MANY", Renewal),
     ("RELEASE_MANY", Release),
+    ("CANCEL", Cancellation),
     ("FAIL", FailOutcome),
     ("REAP", ReapedJob),
     ("COUNTS", CountRow),

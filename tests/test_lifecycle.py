@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 
@@ -354,6 +355,47 @@ def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
     assert status_of(conn, plain)[:2] == (1, 1)
 
 
+def test_cancel_ends_pending_and_running_jobs_and_fences_the_holder(conn: Conn) -> None:
+    pending = enqueue(conn, 1, "{}", None, None, "key-p")
+    running = enqueue(conn)
+    finished = enqueue(conn)
+    claim(conn, "w1", 3)
+    conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (finished,))
+    conn.execute("select pyjobq.job_release(%s, 'w1', 1)", (pending,))
+    gone = uuid4()
+    rows = conn.execute(
+        "select job_id, outcome from pyjobq.job_cancel(%s)", ([running, pending, finished, gone],)
+    ).fetchall()
+    assert rows == [
+        (running, "cancelled_running"),
+        (pending, "cancelled"),
+        (finished, "finished"),
+        (gone, "not_found"),
+    ]
+    assert [status_of(conn, j)[0] for j in (running, pending, finished)] == [5, 5, 3]
+    # The holder is fenced out, and its heartbeat says why.
+    for call in (
+        "select pyjobq.job_complete(%s, 'w1', 1)",
+        "select pyjobq.job_fail(%s, 'w1', 1, 'x')",
+        "select pyjobq.job_renew_lease(%s, 'w1', 1)",
+    ):
+        with raises_sqlstate("JQ005"):
+            conn.execute(call, (running,))
+    renewed = conn.execute(
+        "select renewed, cancelled from pyjobq.job_renew_lease_many('w1', %s, '{1}')", ([running],)
+    ).fetchall()
+    assert renewed == [(False, True)]
+    # CANCELLED is final but frees the key, is counted, and can be redriven.
+    assert enqueue(conn, 1, "{}", None, None, "key-p") != pending
+    counts = {r[0]: r[1] for r in conn.execute(
+        "select status, jobs from pyjobq.job_counts() where job_type = 1"
+    )}  # fmt: skip
+    assert counts[5] == 2
+    moved = conn.execute("select job_id from pyjobq.job_redrive(%s)", ([running],)).fetchall()
+    assert moved == [(running,)]
+    assert status_of(conn, running)[0] == 1
+
+
 def test_prune_deletes_old_finished_jobs_in_bounded_batches(conn: Conn) -> None:
     freeze(conn, FROZEN)
     done = [enqueue(conn) for _ in range(5)]
@@ -376,7 +418,7 @@ def test_counts_cover_every_type_and_status_with_health_figures(conn: Conn) -> N
     rows = {
         (r[0], r[2]): r[4:] for r in conn.execute("select * from pyjobq.job_counts()").fetchall()
     }
-    assert len(rows) == 8  # 2 shipped types x 4 statuses, zeros included
+    assert len(rows) == 10  # 2 shipped types x 5 statuses, zeros included
     assert rows[(1, 1)] == (1, 3660.0, None, True)
     assert rows[(1, 2)] == (1, None, 1, True)
     assert rows[(2, 1)] == (0, 0.0, None, True)

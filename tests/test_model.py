@@ -34,14 +34,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from pyjobq import JobAlreadyFinished, JobNotFound, JobQueue, JobStatus, LeaseLost
+from pyjobq import JobAlreadyFinished, JobCancelled, JobNotFound, JobQueue, JobStatus, LeaseLost
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
 
 SCALE = float(os.environ.get("PYJOBQ_TEST_SCALE", "1"))
 
-PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
+PENDING, RUNNING, DONE, DEAD, CANCELLED = 1, 2, 3, 4, 5
 WORKERS = ("w1", "w2")
 KEYS = ("k1", "k2", "k3")
 TYPES = (1, 2)
@@ -131,6 +131,8 @@ class QueueMachine(RuleBasedStateMachine):
         job = self.jobs.get(token.job_id)
         if job is None:
             return JobNotFound
+        if job.status == CANCELLED:
+            return JobCancelled
         mine = job.worker_id == token.worker_id and job.attempts == token.attempt
         if job.status == RUNNING and mine:
             return None
@@ -421,7 +423,7 @@ class QueueMachine(RuleBasedStateMachine):
         eligible = [
             j
             for j in self.jobs.values()
-            if j.status == DEAD
+            if j.status in (DEAD, CANCELLED)
             and (ids is None or j.job_id in ids)
             and (job_type is None or j.job_type == job_type)
         ]
@@ -444,13 +446,31 @@ class QueueMachine(RuleBasedStateMachine):
                     assert job.dedupe_key is not None, job
                     assert job.dedupe_key in held_keys, job
 
+    @rule(data=st.data(), stranger=st.booleans())
+    def cancel(self, data: Any, stranger: bool) -> None:
+        known = list(self.jobs)  # in enqueue order: see forged_token
+        ids = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3)) if known else []
+        if stranger or not ids:
+            ids.append(uuid4())
+        before = {job_id: self.jobs[job_id].status for job_id in set(ids) if job_id in self.jobs}
+        got = self.q.cancel(ids)
+        outcome = {PENDING: "cancelled", RUNNING: "cancelled_running"}
+        assert [(c.job_id, c.outcome) for c in got] == [
+            (i, outcome.get(before[i], "finished") if i in before else "not_found") for i in ids
+        ]
+        for job_id, status in before.items():
+            if status in (PENDING, RUNNING):
+                self.jobs[job_id] = replace(
+                    self.jobs[job_id], status=CANCELLED, lease_until=None, updated_at=self.now
+                )
+
     @rule(older_than=st.sampled_from([0, 60, 3600]), limit=st.sampled_from([None, 1]))
     def prune(self, older_than: int, limit: int | None) -> None:
         cutoff = self.now - timedelta(seconds=older_than)
         eligible = {
             j.job_id
             for j in self.jobs.values()
-            if j.status in (DONE, DEAD) and j.updated_at < cutoff
+            if j.status in (DONE, DEAD, CANCELLED) and j.updated_at < cutoff
         }
         deleted = self.q.prune(timedelta(seconds=older_than), limit)
         assert deleted == min(limit or 10000, len(eligible))
@@ -505,7 +525,7 @@ class QueueMachine(RuleBasedStateMachine):
         }
         want = {}
         for job_type in TYPES:
-            for status in (PENDING, RUNNING, DONE, DEAD):
+            for status in (PENDING, RUNNING, DONE, DEAD, CANCELLED):
                 rows = [
                     j for j in self.jobs.values() if j.job_type == job_type and j.status == status
                 ]

@@ -49,6 +49,7 @@ ALLOWED = {
         "job_enqueue",
         "job_enqueue_many",
         "job_get",
+        "job_cancel",
         "job_types",
         "schema_version",
         "clock_now",
@@ -71,6 +72,7 @@ ALLOWED = {
     "pyjobq_admin": {
         "job_counts",
         "job_get",
+        "job_cancel",
         "job_reap",
         "job_redrive",
         "job_prune",

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
-from pyjobq.worker import DeadLetter, Retry, Worker, make_worker_id
+from pyjobq.worker import DeadLetter, Retry, Worker, is_cancelled, make_worker_id
 from tests.sqlhelp import frozen_dsn
 from tests.workerhelp import prepare, running, statuses, wait_for
 
@@ -240,3 +240,53 @@ def test_handlers_for_an_unregistered_type_stop_the_worker_before_it_claims(dsn:
     worker = Worker(dsn, {JobType.SEARCH: ok, 999: ok})
     with pytest.raises(ValueError, match=r"not registered: \[999\]"):
         asyncio.run(worker.serve())
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_cancelled_job_stops_its_handler_and_the_worker_carries_on(
+    dsn: str, db: Conn, timeout: float | None
+) -> None:
+    started: dict[str, threading.Event] = {"sync": threading.Event(), "async": threading.Event()}
+    seen: list[str] = []
+
+    def sync_handler(job: ClaimedJob) -> dict[str, Any]:
+        if job.payload.get("long"):
+            started["sync"].set()
+            deadline = time.monotonic() + 30
+            while not is_cancelled(job) and time.monotonic() < deadline:
+                time.sleep(0.01)  # a step of the job's work, then a look at the flag
+            seen.append(f"sync saw cancelled={is_cancelled(job)}")
+        return {"n": job.payload["n"]}
+
+    async def async_handler(job: ClaimedJob) -> dict[str, Any]:
+        if job.payload.get("long"):
+            started["async"].set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                seen.append("async cancelled")
+                raise
+        return {"n": job.payload["n"]}
+
+    q = JobQueue(db)
+    long_sync = q.enqueue(JobType.SEARCH, {"n": -1, "long": True}).job_id
+    long_async = q.enqueue(JobType.OUTBOX, {"n": -2, "long": True}).job_id
+    handlers = {JobType.SEARCH: sync_handler, JobType.OUTBOX: async_handler}
+    # A lease of 3 s: the heartbeat that carries the news comes within a second.
+    worker = Worker(dsn, handlers, concurrency=4, lease_seconds=3, job_timeout=timeout)
+    with running(worker) as r:
+        wait_for(lambda: started["sync"].is_set() and started["async"].is_set(), "both running")
+        outcomes = {c.job_id: c.outcome for c in q.cancel([long_sync, long_async])}
+        assert outcomes == {long_sync: "cancelled_running", long_async: "cancelled_running"}
+        wait_for(lambda: worker.metrics.cancelled == 2, "the worker to stop both handlers")
+        # It carries on: later jobs run on the same runners.
+        q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(5)])
+        q.enqueue_many(JobType.OUTBOX, [{"n": i} for i in range(5)])
+        wait_for(lambda: statuses(db) == {3: 10, 5: 2}, "the later jobs DONE")
+        metrics = r.stop()
+    assert sorted(seen) == ["async cancelled", "sync saw cancelled=True"]
+    assert (metrics.cancelled, metrics.completed, metrics.lease_lost) == (2, 10, 0)
+    rows = db.execute(
+        "select status, result from pyjobq.job where job_id = any (%s)", ([long_sync, long_async],)
+    ).fetchall()
+    assert rows == [(5, None), (5, None)]  # CANCELLED, and nothing the attempts returned

@@ -11,6 +11,7 @@ from pyjobq.errors import (
     LockTimeout,
     PyjobqError,
     SchemaTooNew,
+    ServerTooOld,
 )
 from pyjobq.migrate import SCHEMA_VERSION, migrate
 from pyjobq.queue import JobQueue
@@ -59,6 +60,7 @@ __all__ = [
     "Release",
     "Renewal",
     "SchemaTooNew",
+    "ServerTooOld",
     "TypeGrant",
     "migrate",
 ]

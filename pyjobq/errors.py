@@ -41,6 +41,10 @@ class LockTimeout(PyjobqError):
     sqlstate = "55P03"
 
 
+class ServerTooOld(PyjobqError):
+    """The PostgreSQL server is older than :data:`pyjobq.migrate.MIN_SERVER_VERSION`."""
+
+
 class SchemaTooNew(PyjobqError):
     """The database's pyjobq schema is newer than this package knows: upgrade the package.
 

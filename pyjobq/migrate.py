@@ -10,11 +10,15 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
 
-from pyjobq.errors import SchemaTooNew
+from pyjobq.errors import SchemaTooNew, ServerTooOld
 
 # The schema version this binding was written for: ``schema_version()`` after the last
 # shipped migration, and the number of migrations.
 SCHEMA_VERSION = 2
+
+# The oldest PostgreSQL the schema installs on: gen_random_uuid() is built in from 13, and the
+# schema uses nothing newer. The suite runs on 15.
+MIN_SERVER_VERSION = 130000
 
 # How long a migrator waits for another one to finish before giving up (yoyo's lock).
 LOCK_TIMEOUT_SECONDS = 60
@@ -46,6 +50,22 @@ def check_schema_version(version: int) -> str | None:
             "this package was written for: run `pyjobq migrate`"
         )
     return None
+
+
+def check_server_version(server_version: int) -> None:
+    """Refuse a server older than :data:`MIN_SERVER_VERSION` (``server_version_num``)."""
+    if server_version < MIN_SERVER_VERSION:
+        # From 10 on the major version is one number; before, two (9.6 is 90600).
+        major = (
+            str(server_version // 10000)
+            if server_version >= 100000
+            else f"{server_version // 10000}.{server_version // 100 % 100}"
+        )
+        raise ServerTooOld(
+            f"pyjobq needs PostgreSQL {MIN_SERVER_VERSION // 10000} or newer;"
+            f" this server is PostgreSQL {major}",
+            hint="Upgrade the server, or install pyjobq on a newer one.",
+        )
 
 
 def _package_version() -> str:
@@ -80,8 +100,12 @@ def migrate(dsn: str) -> list[str]:
     Concurrent callers are serialised by yoyo's lock (a row in ``yoyo_lock``), so only
     one of them applies each migration. A schema installed without yoyo (``psql -f``, as
     the README allows) is adopted: the steps up to its ``schema_version()`` are recorded
-    as applied, and only the later ones run.
+    as applied, and only the later ones run. A server older than
+    :data:`MIN_SERVER_VERSION` is refused (:class:`~pyjobq.errors.ServerTooOld`) before
+    anything is written.
     """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        check_server_version(conn.info.server_version)
     migrations = read_migrations(str(migrations_dir()))
     with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
         pending = backend.to_apply(migrations)

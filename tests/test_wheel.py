@@ -1,0 +1,71 @@
+"""The wheel: built from the checkout, installed in a fresh venv with no checkout on the path, it
+migrates a new database and drains jobs (what a user who runs ``pip install pyjobq`` gets)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pyjobq.localpg import LocalPostgres
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DRAIN = """
+import sys
+from pathlib import Path
+
+import pyjobq
+from pyjobq import JobQueue, JobType
+import psycopg
+
+assert Path(sys.prefix) in Path(pyjobq.__file__).parents, pyjobq.__file__
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    q = JobQueue(conn)
+    q.enqueue_many(JobType.SEARCH, [{"n": n} for n in range(200)])
+    done = 0
+    while jobs := q.claim("wheel", 50):
+        rows = q.complete_many("wheel", [j.job_id for j in jobs], [j.attempt for j in jobs],
+                               [{"n": j.payload["n"]} for j in jobs])
+        done += sum(r.completed for r in rows)
+    print(done)
+"""
+
+
+def run(args: list[str], cwd: Path) -> str:
+    # No PYTHONPATH and a working directory outside the checkout: only the installed package.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        tmp_path,
+    )
+    (wheel,) = dist.glob("pyjobq-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    run([str(bin_dir / "pip"), "install", "-q", f"{wheel}[binary]"], tmp_path)
+
+    name = "wheel_install"
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    dsn = pg_server.dsn(name)
+    assert "pyjobq, version" in run([str(bin_dir / "pyjobq"), "--version"], tmp_path)
+    assert "applied" in run([str(bin_dir / "pyjobq"), "migrate", "--dsn", dsn], tmp_path)
+    assert run([str(bin_dir / "python"), "-c", DRAIN, dsn], tmp_path).strip() == "200"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() == (200,)

@@ -26,6 +26,9 @@
 -- and DEAD, counted, pruned, redrivable); a RUNNING job's holder is fenced out
 -- (JQ005) and told at its next job_renew_lease_many.
 --
+-- job_list: keyset pages of jobs by type, status, dedupe key and creation
+-- time, through job_pkey or the partial indexes, never the whole history.
+--
 -- job_get: one job with its payload, result and last error, for producers and
 -- admins (observers see counts only).
 --
@@ -1803,6 +1806,145 @@ comment on function pyjobq.job_cancel(uuid[]) is
 
 revoke all on function pyjobq.job_cancel(uuid[]) from public;
 
+create function pyjobq._job_id_floor(p_at timestamptz)
+returns uuid
+language plpgsql
+immutable
+strict
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (lpad(to_hex(greatest(floor(extract(epoch from p_at) * 1000), 0)::bigint & 281474976710655), 12, '0')
+          || '00000000000000000000')::uuid;
+end;
+$$;
+
+comment on function pyjobq._job_id_floor(timestamptz) is
+  'The smallest job id that _new_job_ids gives a job created at p_at (to the millisecond, not before 1970).';
+
+create function pyjobq.job_list(
+  p_job_type int default null,
+  p_status int default null,
+  p_dedupe_key text default null,
+  p_created_after timestamptz default null,
+  p_created_before timestamptz default null,
+  p_oldest_first boolean default null,
+  p_after uuid default null,
+  p_limit int default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  priority int,
+  attempts int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  worker_id text,
+  last_error text,
+  created_at timestamptz,
+  updated_at timestamptz
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- Index scans only, whatever the statistics: a bitmap scan of job_pkey's
+-- range would read every page of the history to sort it.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_limit int := coalesce(p_limit, 100);
+  v_oldest boolean := coalesce(p_oldest_first, false);
+  v_from uuid := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
+  v_to uuid := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+  v_denied smallint[] := pyjobq._denied_types('observe');
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  if p_status is not null then
+    perform pyjobq._check_range('p_status', p_status, 1, 5);
+  end if;
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  -- Keyset pagination: the next page continues after the last id of this one.
+  if p_after is not null and v_oldest then
+    v_from := greatest(v_from, p_after);
+  elsif p_after is not null then
+    v_to := least(v_to, p_after);
+  end if;
+
+  -- One of three ways runs, chosen by the arguments (the others are cut off
+  -- before they read a row): the statuses with few jobs (PENDING, RUNNING,
+  -- DEAD, CANCELLED: the queue's work, not its history) through their partial
+  -- indexes, then sorted; DONE or any status along job_pkey in order, up to
+  -- the limit. No way reads the whole history for one page.
+  return query
+  with matching as not materialized (
+    select j.job_id, j.status, j.lease_until
+      from pyjobq.job j
+     where (p_job_type is null or j.job_type = p_job_type)
+       and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
+       and j.job_type <> all (v_denied)
+  ), few as materialized (
+    -- Every job of the status, through its partial index, before any limit or
+    -- id range could tempt the planner into walking job_pkey instead (as it
+    -- would on a table never analyzed, where rows look common).
+    select m.job_id from matching m where p_status = 1 and m.status = 1
+    union all
+    select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    union all
+    select m.job_id from matching m
+     where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+  ), ranged as not materialized (
+    select m.job_id, m.status
+      from matching m
+     where m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
+  ), page as (
+    (select f.job_id
+       from few f
+      where f.job_id >= v_from and f.job_id < v_to and f.job_id is distinct from p_after
+      order by case when v_oldest then f.job_id end, case when not v_oldest then f.job_id end desc
+      limit v_limit)
+    union all
+    (select r.job_id
+       from ranged r
+      where coalesce(p_status, 3) = 3 and v_oldest and r.status = coalesce(p_status, r.status)
+      order by r.job_id
+      limit v_limit)
+    union all
+    (select r.job_id
+       from ranged r
+      where coalesce(p_status, 3) = 3 and not v_oldest and r.status = coalesce(p_status, r.status)
+      order by r.job_id desc
+      limit v_limit)
+  )
+  select j.job_id, j.job_type::int, t.name::text, j.status::int,
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status],
+         j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
+         j.worker_id::text, j.last_error, j.created_at, j.updated_at
+    from page p
+    join pyjobq.job j on j.job_id = p.job_id
+    join pyjobq.job_type t on t.job_type = j.job_type
+   order by case when v_oldest then j.job_id end, case when not v_oldest then j.job_id end desc;
+end;
+$$;
+
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) is
+  'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
+  'type, status (1..5), dedupe key and creation time [p_created_after, p_created_before). Keyset pages: pass the '
+  'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
+  'the caller may observe.';
+
+revoke all on function pyjobq._job_id_floor(timestamptz) from public;
+revoke all on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) from public;
+
 create or replace function pyjobq.grant_roles()
 returns void
 language plpgsql
@@ -1855,6 +1997,9 @@ begin
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
+    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int)
+    to pyjobq_producer, pyjobq_admin;
+  grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_prune(interval, int),
     pyjobq.job_type_register(int, text),
@@ -1869,8 +2014,8 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, cancel), pyjobq_worker (claim, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, cancel, reap, redrive, prune, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel), pyjobq_worker (claim, complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, reap, redrive, prune, '
   'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -22,7 +22,7 @@ import psycopg
 from pyjobq.errors import PyjobqError
 from pyjobq.migrate import check_schema_version
 from pyjobq.queue import JobQueue
-from pyjobq.rows import CountRow
+from pyjobq.rows import CountRow, JobStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -460,6 +460,45 @@ def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
         click.echo(f"{name:<15} {lines[0]}")
         for line in lines[1:]:
             click.echo(f"{'':<15} {line}")
+
+
+@main.command()
+@dsn_option
+@click.option("--type", "job_type", help="only jobs of this type (code or name)")
+@click.option(
+    "--status",
+    type=click.Choice([s.name for s in JobStatus], case_sensitive=False),
+    help="only jobs in this status",
+)
+@click.option("--key", "dedupe_key", help="only jobs with this dedupe key")
+@click.option("--oldest-first", is_flag=True, help="oldest first (default: newest first)")
+@click.option("--after", type=click.UUID, help="the page after this job id (the last one shown)")
+@click.option("--limit", type=click.IntRange(1, 1000), help="[default: 100]")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per job")
+def jobs(
+    dsn: str | None,
+    job_type: str | None,
+    status: str | None,
+    dedupe_key: str | None,
+    oldest_first: bool,
+    after: UUID | None,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """A page of jobs, newest first, with their last error (job_list); --after for the next."""
+    with queue(dsn) as q:
+        code = None if job_type is None else resolve_type(q, job_type)
+        code_of_status = None if status is None else JobStatus[status.upper()]
+        rows = q.list_jobs(code, code_of_status, dedupe_key, None, None, oldest_first, after, limit)
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps(dataclasses.asdict(r), default=str))
+            continue
+        error = (r.last_error or "").splitlines()[:1]
+        click.echo(
+            f"{r.job_id}  {r.job_type_name:<12} {r.status_name:<9} {r.attempts}/{r.max_attempts}"
+            f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {error[0] if error else ''}".rstrip()
+        )
 
 
 @main.command()

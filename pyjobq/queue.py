@@ -25,6 +25,7 @@ from pyjobq.rows import (
     Enqueued,
     FailOutcome,
     JobInfo,
+    JobSummary,
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
@@ -224,6 +225,32 @@ class JobQueue:
         """``job_get``: the job with its payload, result and last error; None if there is none."""
         rows = self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
+
+    def list_jobs(
+        self,
+        job_type: int | None = None,
+        status: int | None = None,
+        dedupe_key: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        oldest_first: bool | None = None,
+        after: UUID | None = None,
+        limit: int | None = None,
+    ) -> list[JobSummary]:
+        """``job_list``: a page of jobs, newest first unless ``oldest_first``; pass the last
+        ``job_id`` of a page as ``after`` for the next one. (Not ``list``: that would shadow the
+        builtin in this class's annotations.)"""
+        params = (
+            job_type,
+            status,
+            dedupe_key,
+            created_after,
+            created_before,
+            oldest_first,
+            after,
+            limit,
+        )
+        return self._rows(JobSummary, statements.LIST, params)
 
     def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
         """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is

@@ -166,6 +166,29 @@ class JobInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A row of ``job_list``: a job without its payload and result (``job_get`` has them)."""
+
+    job_id: UUID
+    job_type: int
+    job_type_name: str
+    status: JobStatus
+    status_name: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    dedupe_key: str | None
+    run_after: datetime
+    worker_id: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
 class JobTypeInfo:
     """A row of ``job_types``."""
 

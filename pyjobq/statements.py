@@ -58,6 +58,12 @@ GET: LiteralString = (
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
     " run_started_at, finished_at, created_at, updated_at from pyjobq.job_get(%s::uuid)"
 )
+LIST: LiteralString = (
+    "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
+    " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"
+    " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
+    " %s::boolean, %s::uuid, %s::int)"
+)
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"

@@ -6,10 +6,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
+from psycopg.abc import Params
 from psycopg.conninfo import make_conninfo
 
 from tests.workerhelp import wait_for
@@ -38,6 +39,22 @@ def raises_sqlstate(sqlstate: str) -> Iterator[None]:
 def table_snapshot(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     """Every job row, for asserting that a failed call changed nothing."""
     return conn.execute("select j.* from pyjobq.job j order by j.job_id").fetchall()
+
+
+def one_row(
+    conn: psycopg.Connection[tuple[Any, ...]], query: LiteralString, params: Params | None = None
+) -> tuple[Any, ...]:
+    """The row ``query`` returns; the test fails if it returns none."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None, f"no row from {query!r}"
+    return row
+
+
+def one(
+    conn: psycopg.Connection[tuple[Any, ...]], query: LiteralString, params: Params | None = None
+) -> Any:
+    """The first column of the row ``query`` returns; the test fails if it returns none."""
+    return one_row(conn, query, params)[0]
 
 
 def enqueue(conn: psycopg.Connection[Any], *args: Any) -> Any:

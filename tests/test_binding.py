@@ -38,6 +38,7 @@ from pyjobq.migrate import shipped_migrations
 from pyjobq.rows import (
     Cancellation,
     JobInfo,
+    JobSummary,
     JobTypeInfo,
     ReapedJob,
     RegisteredType,
@@ -231,6 +232,7 @@ ROW_STATEMENTS = [
     ("RENEW_LEASE_MANY", Renewal),
     ("RELEASE_MANY", Release),
     ("CANCEL", Cancellation),
+    ("LIST", JobSummary),
     ("FAIL", FailOutcome),
     ("REAP", ReapedJob),
     ("COUNTS", CountRow),

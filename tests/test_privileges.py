@@ -49,6 +49,7 @@ ALLOWED = {
         "job_enqueue",
         "job_enqueue_many",
         "job_get",
+        "job_list",
         "job_cancel",
         "job_types",
         "schema_version",
@@ -72,6 +73,7 @@ ALLOWED = {
     "pyjobq_admin": {
         "job_counts",
         "job_get",
+        "job_list",
         "job_cancel",
         "job_reap",
         "job_redrive",

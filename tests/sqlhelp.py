@@ -60,9 +60,7 @@ def one(
 def enqueue(conn: psycopg.Connection[Any], *args: Any) -> Any:
     """``job_enqueue(1, '{}')`` (or with ``args``), returning the new job id."""
     placeholders = ", ".join(["%s"] * len(args)) if args else "1, '{}'"
-    return conn.execute(f"select job_id from pyjobq.job_enqueue({placeholders})", args).fetchone()[
-        0
-    ]
+    return one(conn, f"select job_id from pyjobq.job_enqueue({placeholders})", args)
 
 
 def claim(
@@ -76,13 +74,12 @@ def claim(
 
 def status_of(conn: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
     """(status, attempts, worker_id, run_after, lease_until) of one job."""
-    row = conn.execute(
+    return one_row(
+        conn,
         "select status, attempts, worker_id, run_after, lease_until"
         " from pyjobq.job where job_id = %s",
         (job_id,),
-    ).fetchone()
-    assert row is not None
-    return row
+    )
 
 
 def run_threads(targets: list[Callable[[], None]]) -> None:

@@ -271,7 +271,8 @@ def test_get_shows_a_job_at_each_step_of_its_life(conn: Conn) -> None:
     running = q.get(job_id)
     assert running is not None
     assert (running.status, running.worker_id, running.attempts) == (JobStatus.RUNNING, "w1", 1)
-    assert running.lease_until == running.run_started_at + timedelta(seconds=30) is not None
+    assert running.run_started_at is not None
+    assert running.lease_until == running.run_started_at + timedelta(seconds=30)
     q.fail(job_id, "w1", job.attempt, "smtp: 550", dead_letter=True)
     dead = q.get(job_id)
     assert dead is not None

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from tests.sqlhelp import FROZEN, claim, enqueue, freeze
+from tests.sqlhelp import FROZEN, claim, enqueue, freeze, one, one_row
 
 Conn = psycopg.Connection[Any]
 
@@ -29,7 +29,7 @@ def ids(rows: list[tuple[Any, ...]]) -> list[Any]:
 def test_claims_resume_in_enqueue_order_and_record_a_front(conn: Conn) -> None:
     jobs = fill(conn, 10)
     assert ids(claim(conn, limit=3)) == jobs[:3]
-    assert conn.execute("select current_setting('pyjobq.claim_front', true)").fetchone()[0]
+    assert one(conn, "select current_setting('pyjobq.claim_front', true)")
     assert ids(claim(conn, limit=3)) == jobs[3:6]
     assert ids(claim(conn, limit=10)) == jobs[6:]
 
@@ -103,7 +103,7 @@ def drain_batches(conn: Conn, batches: int, limit: int = 20, tick: float = 0.0) 
     taken: list[Any] = []
     for _ in range(batches):
         if tick:
-            now = conn.execute("select pyjobq.clock_now()").fetchone()[0]
+            now = one(conn, "select pyjobq.clock_now()")
             freeze(conn, now + timedelta(seconds=tick))
         rows = claim(conn, limit=limit)
         conn.execute(
@@ -115,7 +115,7 @@ def drain_batches(conn: Conn, batches: int, limit: int = 20, tick: float = 0.0) 
 
 
 def pending(conn: Conn) -> int:
-    return int(conn.execute("select count(*) from pyjobq.job where status = 1").fetchone()[0])
+    return int(one(conn, "select count(*) from pyjobq.job where status = 1"))
 
 
 def test_a_late_committing_enqueue_waits_at_most_the_front_lifetime(
@@ -171,11 +171,11 @@ def test_a_setting_that_is_not_a_front_is_ignored_for_any_role(conn: Conn, login
     # read as a live front of this epoch and job types changes nothing: the claim scans from
     # the head, takes the first jobs in order, and raises nothing.
     jobs = fill(conn, 40)
-    (epoch,) = conn.execute(
-        "select case when is_called then last_value else 0 end from pyjobq.job_claim_epoch"
-    ).fetchone()
+    (epoch,) = one_row(
+        conn, "select case when is_called then last_value else 0 end from pyjobq.job_claim_epoch"
+    )
     types = "{1,2}"  # every registered type: what a claim without p_job_types serves
-    (now_us,) = conn.execute("select (extract(epoch from now()) * 1000000)::bigint").fetchone()
+    (now_us,) = one_row(conn, "select (extract(epoch from now()) * 1000000)::bigint")
     forged = [
         "garbage",
         "/".join(["x"] * 7),
@@ -194,7 +194,7 @@ def test_a_setting_that_is_not_a_front_is_ignored_for_any_role(conn: Conn, login
             ).fetchall()
             taken += ids(rows)
             # Read as no front, and cleared, or replaced by the front this claim wrote.
-            (front,) = worker.execute("select current_setting('pyjobq.claim_front')").fetchone()
+            (front,) = one_row(worker, "select current_setting('pyjobq.claim_front')")
             assert front != value
             worker.execute("reset pyjobq.claim_front")
     assert taken == jobs[: 2 * len(forged)]

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pyjobq import SCHEMA_VERSION
+from tests.sqlhelp import one
 from tests.workerhelp import ROOT, prepare, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -259,8 +260,7 @@ def test_a_database_older_than_the_package_is_a_warning(dsn: str, conn: Conn) ->
 def test_worker_log_lines_name_the_job_and_its_error(
     dsn: str, conn: Conn, tmp_path: Path, log_format: str
 ) -> None:
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}', p_max_attempts => 1)")
-    job_id = job_id.fetchone()[0]
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}', p_max_attempts => 1)")
     (tmp_path / "failing.py").write_text(
         "def fail(job):\n    raise ValueError('no such index')\nHANDLERS = {'SEARCH': fail}\n"
     )
@@ -286,8 +286,7 @@ def test_worker_log_lines_name_the_job_and_its_error(
 
 
 def test_show_prints_a_job_for_people_and_for_scripts(dsn: str, conn: Conn) -> None:
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(2, '{\"order\": 9}')").fetchone()
-    job_id = str(job_id[0])
+    job_id = str(one(conn, "select job_id from pyjobq.job_enqueue(2, '{\"order\": 9}')"))
     conn.execute("select pyjobq.job_claim('w1', 1)")
     conn.execute(
         "select pyjobq.job_fail(%s, 'w1', 1, E'smtp: 550\\n  at send()', p_dead_letter => true)",
@@ -315,7 +314,7 @@ def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
     dsn: str, conn: Conn, tmp_path: Path
 ) -> None:
     # A supervisor must tell a clean drain (0) from one that left jobs to their leases.
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     (tmp_path / "slow.py").write_text(
         "import threading\nHANDLERS = {1: lambda job: threading.Event().wait(600)}\n"
     )
@@ -334,5 +333,5 @@ def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
         proc.kill()
     assert proc.returncode == 1, err
     assert "left to its lease" in err
-    row = conn.execute("select status, worker_id from pyjobq.job where job_id = %s", (job_id,))
-    assert row.fetchone()[0] == 2  # still held: its lease runs out, a reaper takes it back
+    status = one(conn, "select status, worker_id from pyjobq.job where job_id = %s", (job_id,))
+    assert status == 2  # still held: its lease runs out, a reaper takes it back

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pyjobq import JobQueue, LeaseLost, LockTimeout
-from tests.sqlhelp import FROZEN, freeze, run_threads, wait_for_lock_wait
+from tests.sqlhelp import FROZEN, freeze, one, run_threads, wait_for_lock_wait
 
 Conn = psycopg.Connection[Any]
 
@@ -128,7 +128,7 @@ def test_reaper_waits_for_nobody_and_a_completion_that_commits_first_wins(
     conn: Conn, make_conn: Any
 ) -> None:
     freeze(conn, FROZEN)
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
     completer, reaper = make_conn(), make_conn()
     for c in (completer, reaper):
@@ -143,7 +143,7 @@ def test_reaper_waits_for_nobody_and_a_completion_that_commits_first_wins(
 
 def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_conn: Any) -> None:
     freeze(conn, FROZEN)
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
     completer, reaper, monitor = make_conn(), make_conn(), make_conn()
     for c in (completer, reaper):
@@ -169,7 +169,7 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
 
 @pytest.mark.slow
 def test_a_call_that_must_wait_gives_up_after_its_lock_timeout(conn: Conn, make_conn: Any) -> None:
-    job_id = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1')")
     holder, waiter = make_conn(), make_conn()
     with holder.transaction():

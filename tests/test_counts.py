@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from tests.sqlhelp import claim, enqueue
+from tests.sqlhelp import claim, enqueue, one_row
 
 Conn = psycopg.Connection[Any]
 
@@ -85,9 +85,9 @@ def test_counts_read_no_finished_row(conn: Conn) -> None:
     # of it would read every heap page; the active jobs live on a handful.
     finish_history(conn, HISTORY)
     active_jobs(conn)
-    (pages,) = conn.execute(
-        "select pg_relation_size('pyjobq.job') / current_setting('block_size')::int"
-    ).fetchone()
+    (pages,) = one_row(
+        conn, "select pg_relation_size('pyjobq.job') / current_setting('block_size')::int"
+    )
     for analyzed in (False, True):
         if analyzed:
             conn.execute("analyze pyjobq.job")

@@ -15,6 +15,7 @@ from tests.sqlhelp import (
     claim,
     enqueue,
     freeze,
+    one_row,
     raises_sqlstate,
     run_threads,
     status_of,
@@ -26,7 +27,7 @@ Conn = psycopg.Connection[Any]
 
 def test_enqueue_with_literals_applies_the_defaults(conn: Conn) -> None:
     freeze(conn, FROZEN)
-    job_id, created = conn.execute("select * from pyjobq.job_enqueue(1, '{}')").fetchone()
+    job_id, created = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}')")
     assert created is True
     row = conn.execute(
         "select status, priority, payload, attempts, max_attempts, run_after, created_at"
@@ -39,23 +40,15 @@ def test_enqueue_with_literals_applies_the_defaults(conn: Conn) -> None:
 def test_active_duplicate_returns_the_existing_job_and_key_is_reusable_after_done(
     conn: Conn,
 ) -> None:
-    first = conn.execute(
-        "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
-    ).fetchone()
-    again = conn.execute(
-        "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
-    ).fetchone()
+    first = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+    again = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
     assert first[1] is True
     assert again == (first[0], False)
     claim(conn)
-    running = conn.execute(
-        "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
-    ).fetchone()
+    running = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
     assert running == (first[0], False)
     conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (first[0],))
-    fresh = conn.execute(
-        "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
-    ).fetchone()
+    fresh = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
     assert fresh[1] is True
     assert fresh[0] != first[0]
 
@@ -121,9 +114,7 @@ def test_sixteen_concurrent_enqueuers_of_one_key_share_one_job(make_conn: Any) -
         def run() -> None:
             barrier.wait()
             results.append(
-                c.execute(
-                    "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')"
-                ).fetchone()
+                one_row(c, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')")
             )
 
         return run
@@ -202,6 +193,6 @@ def test_job_ids_are_time_ordered_unique_and_follow_the_claim_order(conn: Conn) 
 
 def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
     freeze(conn, "1960-01-01T00:00:00+00:00")
-    job_id, created = conn.execute("select * from pyjobq.job_enqueue(1)").fetchone()
+    job_id, created = one_row(conn, "select * from pyjobq.job_enqueue(1)")
     assert created is True
     assert job_id.version == 8

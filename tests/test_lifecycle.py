@@ -14,6 +14,8 @@ from tests.sqlhelp import (
     claim,
     enqueue,
     freeze,
+    one,
+    one_row,
     raises_sqlstate,
     status_of,
     wait_for_lock_wait,
@@ -81,9 +83,9 @@ def test_fail_backs_off_exponentially_then_dead_letters(conn: Conn) -> None:
     now = FROZEN
     for attempt, full_delay in ((1, 2.0), (2, 4.0)):
         assert claim(conn) == [(job_id, attempt)]
-        status, run_after = conn.execute(
-            "select * from pyjobq.job_fail(%s, 'w1', %s, 'boom')", (job_id, attempt)
-        ).fetchone()
+        status, run_after = one_row(
+            conn, "select * from pyjobq.job_fail(%s, 'w1', %s, 'boom')", (job_id, attempt)
+        )
         assert status == 1
         delay = (run_after - now).total_seconds()
         assert 0.75 * full_delay <= delay <= full_delay
@@ -91,9 +93,7 @@ def test_fail_backs_off_exponentially_then_dead_letters(conn: Conn) -> None:
         now = run_after
         freeze(conn, now)
     assert claim(conn) == [(job_id, 3)]
-    status, _ = conn.execute(
-        "select * from pyjobq.job_fail(%s, 'w1', 3, 'boom')", (job_id,)
-    ).fetchone()
+    status, _ = one_row(conn, "select * from pyjobq.job_fail(%s, 'w1', 3, 'boom')", (job_id,))
     assert status == 4
     assert conn.execute("select last_error from pyjobq.job").fetchone() == ("boom",)
     freeze(conn, now + timedelta(days=1))
@@ -312,13 +312,13 @@ def test_redrive_moves_a_large_batch_in_one_statement_and_keeps_one_job_per_key(
     # the older one takes the key and the newer stays DEAD.
     ids = dead_jobs(conn, [None] * 300 + ["twice"])
     (newer,) = dead_jobs(conn, ["twice"])  # the key was free again once the first was DEAD
-    before = conn.execute("select txid_current()").fetchone()[0]
+    before = one(conn, "select txid_current()")
     moved = {r[0] for r in conn.execute("select job_id from pyjobq.job_redrive(p_limit => 1000)")}
     assert moved == set(ids)
     # One statement, no subtransaction per row: a transaction id or two, not 300 (a
     # subtransaction that writes takes one of its own, and past 64 of them PostgreSQL's
     # subtransaction cache overflows for every snapshot taken meanwhile).
-    assert conn.execute("select txid_current()").fetchone()[0] - before < 10
+    assert one(conn, "select txid_current()") - before < 10
     assert status_of(conn, newer)[0] == 4
 
 

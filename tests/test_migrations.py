@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -230,7 +231,9 @@ def assert_old_rows_work_on_the_new_schema(dsn: str, jobs: dict[str, Any]) -> No
         (claimed,) = q.claim("new-w2", 10)
         assert (claimed.job_id, claimed.attempt) == (jobs["pending"], 1)
         q.complete(claimed.job_id, "new-w2", claimed.attempt)
-        statuses = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+        statuses: dict[UUID, int] = dict(
+            conn.execute("select job_id, status from pyjobq.job").fetchall()
+        )
     assert statuses == {
         jobs["pending"]: 3,
         held.job_id: 3,

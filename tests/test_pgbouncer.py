@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import JobQueue, JobStatus, LeaseLost
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 # What a client of PgBouncer < 1.21 in transaction mode must pass to psycopg.
-CLIENT = {"autocommit": True, "prepare_threshold": None}
+CLIENT: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
 
 
 def free_port() -> int:
@@ -121,9 +121,7 @@ def pgbouncer(pg_server: LocalPostgres) -> Iterator[int]:
 @pytest.fixture
 def bouncer_dsn(dsn: str, pgbouncer: int) -> str:
     """This test's database, reached through PgBouncer."""
-    params = conninfo_to_dict(dsn)
-    params.update(host="127.0.0.1", port=str(pgbouncer))
-    return make_conninfo(**params)
+    return make_conninfo(dsn, host="127.0.0.1", port=str(pgbouncer))
 
 
 def test_the_whole_lifecycle_through_pgbouncer(bouncer_dsn: str, conn: Conn) -> None:
@@ -179,8 +177,7 @@ def bounced_worker(
 ) -> Iterator[Running]:
     """A 4-runner worker whose statements (and handler's effects) go through PgBouncer:
     on ``pool`` when given, else on a pool of its own."""
-    recorder = Recorder(bouncer_dsn, 4)
-    recorder.pool.kwargs.update(prepare_threshold=None)
+    recorder = Recorder(bouncer_dsn, 4, prepare_threshold=None)
     recorder.open()
     runner = Running(make_worker(pool or bouncer_dsn, recorder, 4, **options))
 
@@ -229,7 +226,11 @@ def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
     conn.execute(EFFECTS)
     # The worker's own pool, as the CLI's --no-prepare --listen-dsn makes it. Polling is
     # off in effect: only a notification can wake the claimer.
-    options = {"prepared_statements": False, "listen_dsn": dsn, "poll_interval": 3600}
+    options: dict[str, Any] = {
+        "prepared_statements": False,
+        "listen_dsn": dsn,
+        "poll_interval": 3600,
+    }
     with bounced_worker(bouncer_dsn, **options) as runner:
         wait_for(
             lambda: (
@@ -244,9 +245,11 @@ def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
         # Enough claims and completions for psycopg to prepare them, were it allowed to.
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 50)
-            wait_for(
-                lambda b=batch: statuses(conn) == {3: 50 * b}, f"batch {batch} DONE on its NOTIFY"
-            )
+
+            def batch_done(b: int = batch) -> bool:
+                return statuses(conn) == {3: 50 * b}
+
+            wait_for(batch_done, f"batch {batch} DONE on its NOTIFY")
         metrics = runner.stop()
     assert metrics.completed == 150
 
@@ -263,9 +266,11 @@ def test_cli_worker_behind_pgbouncer(
         wait_for(lambda: listening(conn), "the worker's LISTEN session on the server")
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 100)
-            wait_for(
-                lambda b=batch: statuses(conn) == {3: 100 * b}, f"batch {batch} DONE on its NOTIFY"
-            )
+
+            def batch_done(b: int = batch) -> bool:
+                return statuses(conn) == {3: 100 * b}
+
+            wait_for(batch_done, f"batch {batch} DONE on its NOTIFY")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:

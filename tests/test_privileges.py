@@ -10,6 +10,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.sqlhelp import one, one_row
+
 Conn = psycopg.Connection[Any]
 
 GROUPS = ("pyjobq_producer", "pyjobq_worker", "pyjobq_observer", "pyjobq_admin")
@@ -186,10 +188,10 @@ def test_no_role_but_the_owner_moves_the_clock(
 ) -> None:
     # A live lease of worker w1, a job due next week, a finished one: what a moved clock
     # would reap, claim early, or prune.
-    held = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    held = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
     conn.execute("select pyjobq.job_enqueue(1, '{}', p_run_after => now() + interval '7 days')")
-    done = conn.execute("select job_id from pyjobq.job_enqueue(1, '{}')").fetchone()[0]
+    done = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
     conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (done,))
     before = conn.execute("select * from pyjobq.job order by job_id").fetchall()
@@ -207,7 +209,7 @@ def test_no_role_but_the_owner_moves_the_clock(
 
 def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
     conn.execute("set pyjobq.fake_now = '2030-01-01 00:00:00+00'")
-    assert conn.execute("select pyjobq.clock_now()").fetchone()[0].year == 2030
+    assert one(conn, "select pyjobq.clock_now()").year == 2030
     for value in ("infinity", "-infinity"):
         conn.execute("select set_config('pyjobq.fake_now', %s, false)", (value,))
         with pytest.raises(psycopg.errors.InvalidParameterValue):
@@ -229,7 +231,7 @@ def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
 def test_payloads_and_helpers_are_refused_to_roles_without_them(
     conn: Conn, login_as: Any, group: str, call: str
 ) -> None:
-    job = conn.execute("select job_id from pyjobq.job_enqueue(1, '{\"secret\": 1}')").fetchone()
+    job = one_row(conn, "select job_id from pyjobq.job_enqueue(1, '{\"secret\": 1}')")
     conn.execute("select pyjobq.job_claim('w1', 1)")
     conn.execute("select pyjobq.job_fail(%s, 'w1', 1, 'x', p_dead_letter => true)", job)
     before = conn.execute("select * from pyjobq.job").fetchall()

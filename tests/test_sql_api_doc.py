@@ -85,7 +85,7 @@ def sections(doc: str) -> dict[str, str]:
 def examples(doc: str) -> list[tuple[re.Match[str], re.Match[str] | None]]:
     """Each sql block with the text block that directly follows it, if any."""
     fences = list(FENCE.finditer(doc))
-    pairs = []
+    pairs: list[tuple[re.Match[str], re.Match[str] | None]] = []
     for i, fence in enumerate(fences):
         if fence.group(1) != "sql":
             continue

@@ -15,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from pyjobq import JobQueue, TypeGrant
+from tests.sqlhelp import one_row
 
 Conn = psycopg.Connection[Any]
 
@@ -130,8 +131,8 @@ def test_enqueue_and_observe_follow_the_grants(
     assert (
         sqlstate_of(producer_a, "select pyjobq.job_enqueue_many(11, array['{}'::jsonb])") == "42501"
     )
-    (job_b,) = producer_b.execute(enqueue, (RESTRICTED,)).fetchone()
-    (job_a,) = producer_a.execute(enqueue, (OPEN,)).fetchone()
+    (job_b,) = one_row(producer_b, enqueue, (RESTRICTED,))
+    (job_a,) = one_row(producer_a, enqueue, (OPEN,))
     # job_get: the payload of a restricted type is for its observers.
     assert sqlstate_of(producer_a, "select * from pyjobq.job_get(%s)", (job_b,)) == "42501"
     got = producer_b.execute("select payload from pyjobq.job_get(%s)", (job_b,)).fetchone()

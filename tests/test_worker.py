@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
-from pyjobq.worker import DeadLetter, Retry, Worker, is_cancelled, make_worker_id
+from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
 from tests.sqlhelp import frozen_dsn
 from tests.workerhelp import prepare, running, statuses, wait_for
 
@@ -271,7 +271,7 @@ def test_a_cancelled_job_stops_its_handler_and_the_worker_carries_on(
     q = JobQueue(db)
     long_sync = q.enqueue(JobType.SEARCH, {"n": -1, "long": True}).job_id
     long_async = q.enqueue(JobType.OUTBOX, {"n": -2, "long": True}).job_id
-    handlers = {JobType.SEARCH: sync_handler, JobType.OUTBOX: async_handler}
+    handlers: dict[int, Handler] = {JobType.SEARCH: sync_handler, JobType.OUTBOX: async_handler}
     # A lease of 3 s: the heartbeat that carries the news comes within a second.
     worker = Worker(dsn, handlers, concurrency=4, lease_seconds=3, job_timeout=timeout)
     with running(worker) as r:

@@ -20,7 +20,8 @@ import pytest
 from pyjobq import ClaimedJob, JobQueue, JobType
 from pyjobq.metrics import WorkerHooks
 from pyjobq.storable import MAX_RESULT_BYTES
-from pyjobq.worker import Retry, Worker
+from pyjobq.worker import Handler, Retry, Worker
+from tests.sqlhelp import one_row
 from tests.workerhelp import prepare, running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -78,9 +79,9 @@ def test_a_result_that_cannot_be_stored_fails_its_own_job_only(
         wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
         metrics = r.stop()  # it stopped because it was asked to, and returns its metrics
     assert_good_jobs_done_once(db, poison)
-    status, attempts, last_error = db.execute(
-        "select status, attempts, last_error from pyjobq.job where job_id = %s", (poison,)
-    ).fetchone()
+    status, attempts, last_error = one_row(
+        db, "select status, attempts, last_error from pyjobq.job where job_id = %s", (poison,)
+    )
     assert (status, attempts) == (4, 1)
     assert "UnstorableResult" in last_error
     assert reason in last_error
@@ -98,9 +99,7 @@ def test_error_text_that_cannot_be_stored_is_made_storable(dsn: str, db: Conn) -
         wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
         r.stop()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = db.execute(
-        "select last_error from pyjobq.job where job_id = %s", (poison,)
-    ).fetchone()
+    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
     assert "bad\ufffdbyte ?" in last_error
     assert len(last_error) <= 10_000
     assert "characters cut" in last_error
@@ -121,7 +120,7 @@ def test_a_handler_calling_sys_exit_fails_its_job_only(dsn: str, db: Conn) -> No
     q.enqueue_many(JobType.OUTBOX, [{"n": i} for i in range(GOOD)])
     q.enqueue(JobType.OUTBOX, {"n": -1, "poison": True}, max_attempts=1)
     poison = enqueue_with_poison(db, {"n": -1, "poison": True})
-    handlers = {JobType.SEARCH: handler, JobType.OUTBOX: async_handler}
+    handlers: dict[int, Handler] = {JobType.SEARCH: handler, JobType.OUTBOX: async_handler}
     with running(Worker(dsn, handlers, concurrency=4)) as r:
         wait_for(lambda: statuses(db) == {3: 2 * GOOD, 4: 2}, "the good jobs DONE, both DEAD")
         r.stop()
@@ -145,9 +144,7 @@ def test_a_handler_whose_allocation_fails_fails_its_job_only(dsn: str, db: Conn)
         wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
         r.stop()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = db.execute(
-        "select last_error from pyjobq.job where job_id = %s", (poison,)
-    ).fetchone()
+    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
     assert "MemoryError" in last_error
 
 
@@ -204,9 +201,9 @@ def test_a_retry_delay_out_of_range_keeps_the_default_backoff(dsn: str, db: Conn
         )
         r.stop()
     assert_good_jobs_done_once(db, poison)
-    (last_error, backoff) = db.execute(
-        "select last_error, run_after > updated_at from pyjobq.job where job_id = %s", (poison,)
-    ).fetchone()
+    (last_error, backoff) = one_row(
+        db, "select last_error, run_after > updated_at from pyjobq.job where job_id = %s", (poison,)
+    )
     assert "retry delay -5 refused" in last_error
     assert backoff
 
@@ -279,9 +276,7 @@ def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db:
         release.set()
     assert hung.is_set()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = db.execute(
-        "select last_error from pyjobq.job where job_id = %s", (poison,)
-    ).fetchone()
+    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
     assert "did not finish within 1.0s" in last_error
     assert metrics.timed_out == 1
 

@@ -45,15 +45,16 @@ def retrying(dsn: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[A
 
 
 class Recorder:
-    """A sync handler that records each run in fault_effects through its own small pool."""
+    """A sync handler that records each run in fault_effects through its own small pool
+    (``connect``: more arguments for psycopg.connect on each of its connections)."""
 
-    def __init__(self, dsn: str, size: int, sleep: float = 0.0) -> None:
+    def __init__(self, dsn: str, size: int, sleep: float = 0.0, **connect: Any) -> None:
         self.sleep = sleep
         self.pool = ConnectionPool(
             dsn,
             min_size=size,
             max_size=size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **connect},
             timeout=5.0,
             # reconnect_timeout stays psycopg_pool's default: with 0 the pool gives up at the
             # first refused reconnection, and a handler already waiting for a connection then
@@ -151,7 +152,8 @@ class Producer:
 
 
 def finished(dsn: str) -> int:
-    return retrying(dsn, "select count(*) from pyjobq.job where status in (3, 4)")[0][0]
+    count: int = retrying(dsn, "select count(*) from pyjobq.job where status in (3, 4)")[0][0]
+    return count
 
 
 def drained(dsn: str, acknowledged: list[UUID]) -> bool:

@@ -136,7 +136,7 @@ class Probe:
 
     def recovery_seconds(self, dsn: str) -> float:
         """Seconds from the commit until a worker ran the first job of the batch."""
-        first = retrying(
+        first: datetime | None = retrying(
             dsn, "select min(at) from fault_effects where job_id = any(%s)", (self.job_ids,)
         )[0][0]
         assert first is not None, "no job of the batch enqueued after the fault ever ran"
@@ -154,11 +154,11 @@ def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
         stack.callback(producer.stop)
         killer = stack.enter_context(psycopg.connect(dsn, autocommit=True))
         for k in range(1, KILLS):
-            wait_for(
-                lambda k=k: finished(dsn) >= k * total // (KILLS + 2),
-                f"{k}/{KILLS + 2} of the jobs to finish",
-                120,
-            )
+
+            def enough_finished(k: int = k) -> bool:
+                return finished(dsn) >= k * total // (KILLS + 2)
+
+            wait_for(enough_finished, f"{k}/{KILLS + 2} of the jobs to finish", 120)
             kills += _terminate_other_sessions(killer)
         probe = Probe.enqueue(killer, _terminate_other_sessions)
         kills += probe.fault_result

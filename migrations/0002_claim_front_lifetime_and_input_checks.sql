@@ -26,6 +26,9 @@
 -- and DEAD, counted, pruned, redrivable); a RUNNING job's holder is fenced out
 -- (JQ005) and told at its next job_renew_lease_many.
 --
+-- job_watch: a producer asks for a job's end to be announced on pyjobq_done
+-- (a trigger whose WHEN passes over every job not watched).
+--
 -- job_list: keyset pages of jobs by type, status, dedupe key and creation
 -- time, through job_pkey or the partial indexes, never the whole history.
 --
@@ -615,6 +618,12 @@ comment on column pyjobq.job.attempts is
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';
+
+-- job_watch: a job's end announced on pyjobq_done. A constant default adds
+-- the column without rewriting the table.
+alter table pyjobq.job add column notify_done boolean not null default false;
+comment on column pyjobq.job.notify_done is
+  'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 
 create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
 returns int
@@ -1945,6 +1954,69 @@ comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, bo
 revoke all on function pyjobq._job_id_floor(timestamptz) from public;
 revoke all on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) from public;
 
+create function pyjobq._notify_done()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pg_notify('pyjobq_done', new.job_id::text);
+  return null;
+end;
+$$;
+
+comment on function pyjobq._notify_done() is
+  'Trigger of job_done_notify: announces on pyjobq_done the id of a watched job that just ended.';
+
+create trigger job_done_notify
+  after update of status on pyjobq.job
+  for each row
+  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2))
+  execute function pyjobq._notify_done();
+
+revoke all on function pyjobq._notify_done() from public;
+
+create function pyjobq.job_watch(p_job_ids uuid[])
+returns table (job_id uuid, status int, status_name text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set jit = off
+as $$
+declare
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_privilege('observe', j.job_type)
+     from pyjobq.job j
+    where j.job_id = any (p_job_ids);
+  update pyjobq.job j
+     set notify_done = true
+   where j.job_id = any (p_job_ids)
+     and j.status in (1, 2)
+     and not j.notify_done;
+  -- The status after the update: a job that already ended is not announced,
+  -- so the caller reads it from here.
+  return query
+  select u.id, j.status::int,
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status]
+    from unnest(p_job_ids) with ordinality as u(id, ord)
+    left join pyjobq.job j on j.job_id = u.id
+   order by u.ord;
+end;
+$$;
+
+comment on function pyjobq.job_watch(uuid[]) is
+  'Asks for the end (DONE, DEAD or CANCELLED) of up to 10000 jobs to be announced: NOTIFY pyjobq_done with the '
+  'job id, on the commit that ends it. LISTEN pyjobq_done before calling it. Returns each input id in input order '
+  'with its status now (null when there is no such job): a job that already ended is not announced.';
+
+revoke all on function pyjobq.job_watch(uuid[]) from public;
+
 create or replace function pyjobq.grant_roles()
 returns void
 language plpgsql
@@ -1996,6 +2068,7 @@ begin
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
+  grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int)
     to pyjobq_producer, pyjobq_admin;
@@ -2014,8 +2087,10 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel), pyjobq_worker (claim, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, reap, redrive, prune, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
+  'complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
+  'redrive, prune, '
   'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

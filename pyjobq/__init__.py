@@ -32,6 +32,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    Watched,
 )
 
 __all__ = [
@@ -64,5 +65,6 @@ __all__ = [
     "SchemaTooNew",
     "ServerTooOld",
     "TypeGrant",
+    "Watched",
     "migrate",
 ]

@@ -7,6 +7,7 @@ writes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -36,6 +37,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    Watched,
 )
 
 T = TypeVar("T")
@@ -255,6 +257,51 @@ class AsyncJobQueue:
             limit,
         )
         return await self._rows(JobSummary, statements.LIST, params)
+
+    async def watch(self, job_ids: Sequence[UUID]) -> list[Watched]:
+        """``job_watch``: announce the end of these jobs on ``pyjobq_done``; returns each one's
+        status now (a job that already ended is not announced). LISTEN first."""
+        return await self._rows(Watched, statements.WATCH, (list(job_ids),))
+
+    async def wait(self, job_id: UUID, timeout: float) -> JobInfo | None:
+        """Wait up to ``timeout`` seconds for ``job_id`` to end (DONE, DEAD or CANCELLED), without
+        polling: LISTEN pyjobq_done, ``job_watch``, then the notifications until its id comes.
+        Returns the job as ``job_get`` shows it once it ended, None if it has not by then (or
+        does not exist). Runs outside any transaction, on the connection given (idle) or one of
+        the pool's: inside a transaction a LISTEN hears nothing until the commit.
+        """
+        async with self._connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ValueError("wait() needs a connection outside a transaction")
+            autocommit = conn.autocommit
+            await conn.set_autocommit(True)
+            try:
+                return await self._wait_on(conn, job_id, time.monotonic() + timeout)
+            finally:
+                await conn.execute("unlisten pyjobq_done")
+                await conn.set_autocommit(autocommit)
+
+    async def _wait_on(
+        self, conn: psycopg.AsyncConnection[Any], job_id: UUID, deadline: float
+    ) -> JobInfo | None:
+        await conn.execute("listen pyjobq_done")
+        with translated():
+            async with conn.cursor(row_factory=class_row(Watched)) as cur:
+                await cur.execute(statements.WATCH, ([job_id],))
+                (watched,) = await cur.fetchall()
+            if watched.status is None:
+                return None
+            ended = watched.ended
+            while not ended and (left := deadline - time.monotonic()) > 0:
+                async for note in conn.notifies(timeout=left):
+                    if note.payload == str(job_id):
+                        ended = True
+                        break
+            if not ended:
+                return None
+            async with conn.cursor(row_factory=class_row(JobInfo)) as cur:
+                await cur.execute(statements.GET, (job_id,))
+                return await cur.fetchone()
 
     async def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
         """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -32,6 +33,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    Watched,
 )
 
 T = TypeVar("T")
@@ -251,6 +253,51 @@ class JobQueue:
             limit,
         )
         return self._rows(JobSummary, statements.LIST, params)
+
+    def watch(self, job_ids: Sequence[UUID]) -> list[Watched]:
+        """``job_watch``: announce the end of these jobs on ``pyjobq_done``; returns each one's
+        status now (a job that already ended is not announced). LISTEN first."""
+        return self._rows(Watched, statements.WATCH, (list(job_ids),))
+
+    def wait(self, job_id: UUID, timeout: float) -> JobInfo | None:
+        """Wait up to ``timeout`` seconds for ``job_id`` to end (DONE, DEAD or CANCELLED), without
+        polling: LISTEN pyjobq_done, ``job_watch``, then the notifications until its id comes.
+        Returns the job as ``job_get`` shows it once it ended, None if it has not by then (or
+        does not exist). Runs outside any transaction, on the connection given (idle) or one of
+        the pool's: inside a transaction a LISTEN hears nothing until the commit.
+        """
+        with self._connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ValueError("wait() needs a connection outside a transaction")
+            autocommit = conn.autocommit
+            conn.set_autocommit(True)
+            try:
+                return self._wait_on(conn, job_id, time.monotonic() + timeout)
+            finally:
+                conn.execute("unlisten pyjobq_done")
+                conn.set_autocommit(autocommit)
+
+    def _wait_on(
+        self, conn: psycopg.Connection[Any], job_id: UUID, deadline: float
+    ) -> JobInfo | None:
+        conn.execute("listen pyjobq_done")
+        with translated():
+            with conn.cursor(row_factory=class_row(Watched)) as cur:
+                cur.execute(statements.WATCH, ([job_id],))
+                (watched,) = cur.fetchall()
+            if watched.status is None:
+                return None
+            ended = watched.ended
+            while not ended and (left := deadline - time.monotonic()) > 0:
+                for note in conn.notifies(timeout=left):
+                    if note.payload == str(job_id):
+                        ended = True
+                        break
+            if not ended:
+                return None
+            with conn.cursor(row_factory=class_row(JobInfo)) as cur:
+                cur.execute(statements.GET, (job_id,))
+                return cur.fetchone()
 
     def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
         """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is

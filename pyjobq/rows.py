@@ -70,6 +70,24 @@ class Renewal:
 
 
 @dataclass(frozen=True, slots=True)
+class Watched:
+    """A row of ``job_watch``: the job's status when it was watched (None: no such job)."""
+
+    job_id: UUID
+    status: JobStatus | None
+    status_name: str | None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", JobStatus(self.status))
+
+    @property
+    def ended(self) -> bool:
+        """DONE, DEAD or CANCELLED: nothing more will be announced for it."""
+        return self.status in (JobStatus.DONE, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
 class Cancellation:
     """A row of ``job_cancel``: ``outcome`` is cancelled, cancelled_running, finished (already
     DONE, DEAD or CANCELLED, unchanged) or not_found."""

@@ -64,6 +64,7 @@ LIST: LiteralString = (
     " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
     " %s::boolean, %s::uuid, %s::int)"
 )
+WATCH: LiteralString = "select job_id, status, status_name from pyjobq.job_watch(%s::uuid[])"
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"

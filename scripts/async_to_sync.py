@@ -31,7 +31,7 @@ WORDS = {
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
 }
-KEYWORDS = re.compile(r"\basync (?=def |with )|\bawait ")
+KEYWORDS = re.compile(r"\basync (?=def |with |for )|\bawait ")
 MODULE_DOCSTRING = re.compile(r'\A"""(?:.|\n)*?"""\n')
 
 

@@ -21,6 +21,7 @@
 --   job_get                          -> one job, with its payload, result and last error
 --   job_list                         -> pages of jobs by type, status, key and time, newest first
 --   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
+--   job_watch                        -> a job's end announced on pyjobq_done
 --
 -- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
 -- transition is a compare-and-set on all three plus status = RUNNING, so a
@@ -149,6 +150,7 @@ create table pyjobq.job (
   updated_at timestamptz not null,
   seq bigint not null default nextval('pyjobq.job_seq'),
   attempts_refunded smallint not null default 0,
+  notify_done boolean not null default false,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -167,6 +169,8 @@ comment on column pyjobq.job.job_id is
 comment on column pyjobq.job.attempts is
   'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
   'fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.notify_done is
+  'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';
@@ -2206,6 +2210,69 @@ comment on function pyjobq.job_cancel(uuid[]) is
   'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
   'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
 
+-- Waiting for an outcome. A producer that wants to know when a job ends calls
+-- job_watch, LISTENs on pyjobq_done, and reads the job again when its id
+-- arrives. Only watched jobs are announced: the trigger's WHEN is checked as
+-- the row is updated, and for every other job it is all the trigger costs.
+create function pyjobq._notify_done()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pg_notify('pyjobq_done', new.job_id::text);
+  return null;
+end;
+$$;
+
+comment on function pyjobq._notify_done() is
+  'Trigger of job_done_notify: announces on pyjobq_done the id of a watched job that just ended.';
+
+create trigger job_done_notify
+  after update of status on pyjobq.job
+  for each row
+  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2))
+  execute function pyjobq._notify_done();
+
+create function pyjobq.job_watch(p_job_ids uuid[])
+returns table (job_id uuid, status int, status_name text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set jit = off
+as $$
+declare
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_privilege('observe', j.job_type)
+     from pyjobq.job j
+    where j.job_id = any (p_job_ids);
+  update pyjobq.job j
+     set notify_done = true
+   where j.job_id = any (p_job_ids)
+     and j.status in (1, 2)
+     and not j.notify_done;
+  -- The status after the update: a job that already ended is not announced,
+  -- so the caller reads it from here.
+  return query
+  select u.id, j.status::int,
+         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status]
+    from unnest(p_job_ids) with ordinality as u(id, ord)
+    left join pyjobq.job j on j.job_id = u.id
+   order by u.ord;
+end;
+$$;
+
+comment on function pyjobq.job_watch(uuid[]) is
+  'Asks for the end (DONE, DEAD or CANCELLED) of up to 10000 jobs to be announced: NOTIFY pyjobq_done with the '
+  'job id, on the commit that ends it. LISTEN pyjobq_done before calling it. Returns each input id in input order '
+  'with its status now (null when there is no such job): a job that already ended is not announced.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -2266,6 +2333,7 @@ begin
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
+  grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int)
     to pyjobq_producer, pyjobq_admin;
@@ -2284,8 +2352,10 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel), pyjobq_worker (claim, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, reap, redrive, prune, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
+  'complete, fail, '
+  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
+  'redrive, prune, '
   'register types, per-type grants) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -45,6 +45,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    Watched,
 )
 from tests.sqlhelp import FROZEN, freeze
 
@@ -233,6 +234,7 @@ ROW_STATEMENTS = [
     ("RELEASE_MANY", Release),
     ("CANCEL", Cancellation),
     ("LIST", JobSummary),
+    ("WATCH", Watched),
     ("FAIL", FailOutcome),
     ("REAP", ReapedJob),
     ("COUNTS", CountRow),

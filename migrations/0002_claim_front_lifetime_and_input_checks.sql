@@ -1741,7 +1741,7 @@ $$;
 comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
-  '(run_started_at) and when it finished (DONE or DEAD). No row when there is no such job (never enqueued, '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED). No row when there is no such job (never enqueued, '
   'or pruned).';
 
 revoke all on function pyjobq.job_get(uuid) from public;

@@ -319,7 +319,8 @@ class AsyncJobQueue:
         return await self._column(statements.REDRIVE, params)
 
     async def prune(self, older_than: timedelta, limit: int | None = None) -> int:
-        """``job_prune``: delete up to ``limit`` DONE/DEAD jobs older than ``older_than``.
+        """``job_prune``: delete up to ``limit`` ended jobs (DONE, DEAD, CANCELLED) older than
+        ``older_than``.
 
         Returns how many were deleted; call again until it returns less than the limit.
         """

@@ -551,7 +551,7 @@ def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
 
 @main.command()
 @dsn_option
-@click.option("--older-than", required=True, help="age of DONE/DEAD jobs to delete, e.g. 7d, 12h")
+@click.option("--older-than", required=True, help="age of ended jobs to delete, e.g. 7d, 12h")
 @click.option("--limit", type=click.IntRange(1, 100000), help="per call [default: 10000]")
 def prune(dsn: str | None, older_than: str, limit: int | None) -> None:
     """Delete DONE, DEAD and CANCELLED jobs last changed more than --older-than ago, in batches."""

@@ -1,12 +1,13 @@
-"""What per-type privileges cost the claim and the drain.
+"""What the checks every job passes through cost a drain: per-type privileges, the done trigger.
 
 On one throwaway server, a LOGIN member of ``pyjobq_worker`` drains N jobs (claim 20,
-``job_complete_many``) three ways, in rotation: on the schema as the given git revision had it
-(default ``HEAD``, for a before/after), on the working tree's schema with no per-type grant, and
-on the working tree's schema with one grant on another type (so every claim and completion
-computes the types the worker may not work). Prints each median and its ratio to the first.
+``job_complete_many``) four ways, in rotation: on the schema as the given git revision had it
+(default ``HEAD``, for a before/after); on the working tree's schema as installed; with one
+per-type grant on another type (so every claim and completion computes the types the worker may
+not work); and with the trigger that announces watched jobs dropped (none is watched: what the
+trigger costs the jobs that did not ask for it). Prints each median and its ratio to the first.
 
-``.venv/bin/python bench/grants.py [--jobs 30000] [--rounds 4] [--before HEAD]``
+``.venv/bin/python bench/overhead.py [--jobs 30000] [--rounds 4] [--before HEAD]``
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def main() -> None:
     ).stdout
     after = (ROOT / "sql" / "pyjobq.sql").read_text()
     variants = [
-        (f"schema at {args.before}", before, False),
-        ("no per-type grant", after, False),
-        ("a grant on another type", after, True),
+        (f"schema at {args.before}", before, ""),
+        ("as installed", after, ""),
+        ("a grant on another type", after, "select pyjobq.job_type_grant(2, 'other_team', 'work')"),
+        ("done trigger dropped", after, "drop trigger job_done_notify on pyjobq.job"),
     ]
     rates: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     with LocalPostgres(settings=SETTINGS) as server:
@@ -67,15 +69,15 @@ def main() -> None:
             admin.execute("create role bench_worker login")
             admin.execute("create role other_team nologin")
         for n in range(args.rounds):
-            for v, (label, schema, grant) in enumerate(variants):
-                name = f"grants_{n}_{v}"
+            for v, (label, schema, change) in enumerate(variants):
+                name = f"overhead_{n}_{v}"
                 with psycopg.connect(server.dsn(), autocommit=True) as admin:
                     admin.execute(f"create database {name}")
                 with psycopg.connect(server.dsn(name), autocommit=True) as conn:
                     conn.execute(schema)
                     conn.execute("grant pyjobq_worker to bench_worker")
-                    if grant:
-                        conn.execute("select pyjobq.job_type_grant(2, 'other_team', 'work')")
+                    if change:
+                        conn.execute(change)
                     conn.execute(
                         "select count(*) from pyjobq.job_enqueue_many(1,"
                         " array(select '{}'::jsonb from generate_series(1, %s)))",

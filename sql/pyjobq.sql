@@ -317,6 +317,28 @@ $$;
 comment on function pyjobq._check_same_length(text, int, int) is
   'Raises 22023 naming p_name when its array length p_length differs from p_job_ids'' p_expected.';
 
+create function pyjobq._check_time(p_name text, p_value timestamptz, p_now timestamptz)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Finite and within a century of now: 'infinity' would make a job that is
+  -- never due, or a bound that cannot be turned into a job id.
+  if p_value is not null
+     and not (isfinite(p_value) and p_value between p_now - interval '100 years' and p_now + interval '100 years') then
+    raise exception '% must be a time within 100 years of now', p_name
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value),
+            hint = 'Leave it out for the default.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
+  'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
+
 create function pyjobq._check_job_type(p_job_type int)
 returns void
 language plpgsql
@@ -741,10 +763,7 @@ begin
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
-  if not isfinite(v_run_after) then
-    raise exception 'p_run_after must be a finite time'
-      using errcode = '22023', hint = 'Leave it out to run the job now.';
-  end if;
+  perform pyjobq._check_time('p_run_after', v_run_after, v_now);
 
   -- An active job with the same key wins: insert or, on conflict, return that
   -- job. If it finishes between our insert and our lookup, try again.
@@ -817,10 +836,7 @@ begin
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
-  if not isfinite(v_run_after) then
-    raise exception 'p_run_after must be a finite time'
-      using errcode = '22023', hint = 'Leave it out to run the jobs now.';
-  end if;
+  perform pyjobq._check_time('p_run_after', v_run_after, v_now);
   select min(u.i) into v_bad
     from unnest(p_payloads) with ordinality as u(payload, i)
    where u.payload is null or jsonb_typeof(u.payload) <> 'object';
@@ -2062,8 +2078,8 @@ as $$
 declare
   v_limit int := coalesce(p_limit, 100);
   v_oldest boolean := coalesce(p_oldest_first, false);
-  v_from uuid := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
-  v_to uuid := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+  v_from uuid;
+  v_to uuid;
   v_denied smallint[] := pyjobq._denied_types('observe');
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
@@ -2074,6 +2090,10 @@ begin
     perform pyjobq._check_job_type(p_job_type);
   end if;
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
+  perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
+  v_from := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
+  v_to := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
   -- Keyset pagination: the next page continues after the last id of this one.
   if p_after is not null and v_oldest then
     v_from := greatest(v_from, p_after);

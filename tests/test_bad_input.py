@@ -28,6 +28,18 @@ BAD_CALLS = [
         "select pyjobq.job_enqueue(1, '{}', p_dedupe_key => repeat('k', 201))",
     ),
     ("22023", "p_run_after", "select pyjobq.job_enqueue(1, '{}', p_run_after => 'infinity')"),
+    ("22023", "p_run_after", "select pyjobq.job_enqueue(1, '{}', p_run_after => '9999-01-01')"),
+    (
+        "22023",
+        "p_run_after",
+        "select pyjobq.job_enqueue_many(1, array['{}'::jsonb], p_run_after => '-infinity')",
+    ),
+    ("22023", "p_created_after", "select * from pyjobq.job_list(p_created_after => 'infinity')"),
+    (
+        "22023",
+        "p_created_before",
+        "select * from pyjobq.job_list(p_created_before => '0001-01-01')",
+    ),
     ("22023", "p_payloads", "select pyjobq.job_enqueue_many(1, array['{}', '[]']::jsonb[])"),
     ("22023", "p_payloads", "select pyjobq.job_enqueue_many(1, array[]::jsonb[])"),
     (

@@ -124,7 +124,7 @@ class Background:
 def background(conn: Conn) -> Background:
     q = JobQueue(conn)
     ids = [q.enqueue(1, {"n": i}, dedupe_key=f"bg{i}").job_id for i in range(5)]
-    ids.append(q.enqueue(2, {"later": True}, run_after=datetime(2999, 1, 1, tzinfo=UTC)).job_id)
+    ids.append(q.enqueue(2, {"later": True}, run_after=datetime(2099, 1, 1, tzinfo=UTC)).job_id)
     done, dead, running = q.claim("bg-worker", 3)
     q.complete(done.job_id, "bg-worker", done.attempt, {"r": 1})
     q.fail(dead.job_id, "bg-worker", dead.attempt, "gone", dead_letter=True)

@@ -339,6 +339,21 @@ $$;
 comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
   'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
 
+-- The name of each status code, for the functions that show one.
+create function pyjobq._status_name(p_status int)
+returns text
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[p_status];
+end;
+$$;
+
+comment on function pyjobq._status_name(int) is
+  'PENDING, RUNNING, DONE, DEAD or CANCELLED for status 1..5 (job_status_valid).';
+
 create function pyjobq._check_job_type(p_job_type int)
 returns void
 language plpgsql
@@ -403,7 +418,7 @@ begin
     from pyjobq.job j
    where j.job_id = p_job_id;
   if found then
-    perform pyjobq._check_privilege('work', v_job_type);
+    perform pyjobq._check_privilege('work', array[v_job_type]);
   else
     raise exception 'job % does not exist', p_job_id
       using errcode = 'JQ002',
@@ -577,26 +592,34 @@ $$;
 comment on function pyjobq._denied_types(text) is
   'The job types whose p_privilege is granted to named roles, none of which the session''s role is a member of.';
 
-create function pyjobq._check_privilege(p_privilege text, p_job_type int)
+create function pyjobq._check_privilege(p_privilege text, p_job_types int[])
 returns void
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
+declare
+  v_denied int;
 begin
-  if p_job_type = any (pyjobq._denied_types(p_privilege)) then
-    raise exception 'permission denied to % jobs of type %', p_privilege, p_job_type
+  -- The denied types are computed once for the whole set: a batch of jobs
+  -- costs one check, not one per job.
+  select min(u.code) into v_denied
+    from unnest(p_job_types) as u(code)
+   where u.code = any (pyjobq._denied_types(p_privilege));
+  if v_denied is not null then
+    raise exception 'permission denied to % jobs of type %', p_privilege, v_denied
       using errcode = '42501',
             detail = format('Job type %s grants %s to named roles only, and role %s is in none of them.',
-                            p_job_type, p_privilege, session_user),
+                            v_denied, p_privilege, session_user),
             hint = 'An admin grants it with pyjobq.job_type_grant(job_type, role, privilege); '
                    'pyjobq.job_type_grants() lists the grants.';
   end if;
 end;
 $$;
 
-comment on function pyjobq._check_privilege(text, int) is
-  'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on job type p_job_type.';
+comment on function pyjobq._check_privilege(text, int[]) is
+  'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on one of the job '
+  'types p_job_types.';
 
 create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
 returns boolean
@@ -758,7 +781,7 @@ declare
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
-  perform pyjobq._check_privilege('enqueue', p_job_type);
+  perform pyjobq._check_privilege('enqueue', array[p_job_type]);
   perform pyjobq._check_payload('p_payload', v_payload);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -832,7 +855,7 @@ begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
-  perform pyjobq._check_privilege('enqueue', p_job_type);
+  perform pyjobq._check_privilege('enqueue', array[p_job_type]);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -1140,7 +1163,7 @@ begin
     if p_job_types is null then
       v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
     else
-      perform pyjobq._check_privilege('work', u.code) from unnest(v_types) as u(code);
+      perform pyjobq._check_privilege('work', v_types::int[]);
     end if;
   end if;
 
@@ -1951,8 +1974,8 @@ as $$
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
          s.status <> 3 or z.small
     from pyjobq.job_type t
-   cross join (values (1, 'PENDING'), (2, 'RUNNING'), (3, 'DONE'), (4, 'DEAD'), (5, 'CANCELLED'))
-              as s(status, status_name)
+   cross join (select g.status, pyjobq._status_name(g.status) as status_name
+                 from generate_series(1, 5) as g(status)) as s
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
@@ -2001,11 +2024,11 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
-  perform pyjobq._check_privilege('observe', j.job_type) from pyjobq.job j where j.job_id = p_job_id;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
-         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status],
+         pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
@@ -2147,7 +2170,7 @@ begin
       limit v_limit)
   )
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
-         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status],
+         pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
          j.worker_id::text, j.last_error, j.created_at, j.updated_at
     from page p
@@ -2183,9 +2206,9 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   -- Cancelling is the producers' side of a type: its enqueue privilege.
-  perform pyjobq._check_privilege('enqueue', j.job_type)
-     from pyjobq.job j
-    where j.job_id = any (p_job_ids);
+  perform pyjobq._check_privilege('enqueue', array(select distinct j.job_type::int
+                                                      from pyjobq.job j
+                                                     where j.job_id = any (p_job_ids)));
   -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
   -- its worker id on the row but holds nothing any more, so its every later
   -- call is refused (JQ005), and job_renew_lease_many tells it at the next
@@ -2269,9 +2292,9 @@ declare
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_privilege('observe', j.job_type)
-     from pyjobq.job j
-    where j.job_id = any (p_job_ids);
+  perform pyjobq._check_privilege('observe', array(select distinct j.job_type::int
+                                                      from pyjobq.job j
+                                                     where j.job_id = any (p_job_ids)));
   update pyjobq.job j
      set notify_done = true
    where j.job_id = any (p_job_ids)
@@ -2281,7 +2304,7 @@ begin
   -- so the caller reads it from here.
   return query
   select u.id, j.status::int,
-         (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[j.status]
+         pyjobq._status_name(j.status)
     from unnest(p_job_ids) with ordinality as u(id, ord)
     left join pyjobq.job j on j.job_id = u.id
    order by u.ord;

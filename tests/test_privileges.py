@@ -225,9 +225,24 @@ def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
     [
         ("pyjobq_observer", "select * from pyjobq.job_get(%(job)s)"),
         ("pyjobq_worker", "select * from pyjobq.job_get(%(job)s)"),
+        ("pyjobq_observer", "select * from pyjobq.job_list()"),
+        ("pyjobq_worker", "select * from pyjobq.job_list()"),
+        ("pyjobq_observer", "select * from pyjobq.job_cancel(array[%(job)s]::uuid[])"),
+        ("pyjobq_worker", "select * from pyjobq.job_cancel(array[%(job)s]::uuid[])"),
+        ("pyjobq_worker", "select * from pyjobq.job_watch(array[%(job)s]::uuid[])"),
+        ("pyjobq_producer", "select pyjobq.job_type_grant(1, 'pyjobq_producer', 'work')"),
+        (
+            "pyjobq_producer",
+            "select * from pyjobq.job_release_many('w1', array[%(job)s]::uuid[], '{1}')",
+        ),
+        (
+            "pyjobq_observer",
+            "select * from pyjobq.job_renew_lease_many('w1', array[%(job)s]::uuid[], '{1}')",
+        ),
         # The helpers behind the job_* functions are no one's to call: this one moves DEAD
         # jobs back without the redrive's checks.
         ("pyjobq_admin", "select pyjobq._redrive_rows(array[%(job)s]::uuid[], now())"),
+        ("pyjobq_admin", "select pyjobq._claim_front_write(null)"),
     ],
 )
 def test_payloads_and_helpers_are_refused_to_roles_without_them(

@@ -15,8 +15,8 @@ from typing import Any, LiteralString, TypeVar
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row, scalar_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import AsyncRowFactory, class_row, scalar_row
+from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import AsyncConnectionPool
 
 from pyjobq import statements
@@ -41,6 +41,16 @@ from pyjobq.rows import (
 )
 
 T = TypeVar("T")
+
+
+def _cursor(conn: psycopg.AsyncConnection[Any], rows: AsyncRowFactory[T]) -> psycopg.AsyncCursor[T]:
+    """A cursor of the binding's own on ``conn``: server-side parameters and psycopg's JSON
+    loaders, whatever cursor class and loaders the application gave the connection (Django's
+    binds parameters in the client and loads jsonb as text)."""
+    cur = psycopg.AsyncCursor(conn, row_factory=rows)
+    cur.adapters.register_loader("jsonb", JsonbLoader)
+    cur.adapters.register_loader("jsonb", JsonbBinaryLoader)
+    return cur
 
 
 class AsyncJobQueue:
@@ -72,9 +82,9 @@ class AsyncJobQueue:
         async with (
             translated(),
             self._connection() as conn,
-            conn.cursor(row_factory=class_row(row), binary=True) as cur,
+            _cursor(conn, class_row(row)) as cur,
         ):
-            await cur.execute(query, params)
+            await cur.execute(query, params, binary=True)
             return await cur.fetchall()
 
     async def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
@@ -85,7 +95,7 @@ class AsyncJobQueue:
         async with (
             translated(),
             self._connection() as conn,
-            conn.cursor(row_factory=scalar_row) as cur,
+            _cursor(conn, scalar_row) as cur,
         ):
             await cur.execute(query, params)
             return await cur.fetchall()
@@ -286,7 +296,7 @@ class AsyncJobQueue:
     ) -> JobInfo | None:
         await conn.execute("listen pyjobq_done")
         with translated():
-            async with conn.cursor(row_factory=class_row(Watched)) as cur:
+            async with _cursor(conn, class_row(Watched)) as cur:
                 await cur.execute(statements.WATCH, ([job_id],))
                 (watched,) = await cur.fetchall()
             if watched.status is None:
@@ -299,7 +309,7 @@ class AsyncJobQueue:
                         break
             if not ended:
                 return None
-            async with conn.cursor(row_factory=class_row(JobInfo)) as cur:
+            async with _cursor(conn, class_row(JobInfo)) as cur:
                 await cur.execute(statements.GET, (job_id,))
                 return await cur.fetchone()
 

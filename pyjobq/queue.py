@@ -11,8 +11,8 @@ from typing import Any, LiteralString, TypeVar
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row, scalar_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import RowFactory, class_row, scalar_row
+from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import ConnectionPool
 
 from pyjobq import statements
@@ -37,6 +37,16 @@ from pyjobq.rows import (
 )
 
 T = TypeVar("T")
+
+
+def _cursor(conn: psycopg.Connection[Any], rows: RowFactory[T]) -> psycopg.Cursor[T]:
+    """A cursor of the binding's own on ``conn``: server-side parameters and psycopg's JSON
+    loaders, whatever cursor class and loaders the application gave the connection (Django's
+    binds parameters in the client and loads jsonb as text)."""
+    cur = psycopg.Cursor(conn, row_factory=rows)
+    cur.adapters.register_loader("jsonb", JsonbLoader)
+    cur.adapters.register_loader("jsonb", JsonbBinaryLoader)
+    return cur
 
 
 class JobQueue:
@@ -68,9 +78,9 @@ class JobQueue:
         with (
             translated(),
             self._connection() as conn,
-            conn.cursor(row_factory=class_row(row), binary=True) as cur,
+            _cursor(conn, class_row(row)) as cur,
         ):
-            cur.execute(query, params)
+            cur.execute(query, params, binary=True)
             return cur.fetchall()
 
     def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
@@ -81,7 +91,7 @@ class JobQueue:
         with (
             translated(),
             self._connection() as conn,
-            conn.cursor(row_factory=scalar_row) as cur,
+            _cursor(conn, scalar_row) as cur,
         ):
             cur.execute(query, params)
             return cur.fetchall()
@@ -282,7 +292,7 @@ class JobQueue:
     ) -> JobInfo | None:
         conn.execute("listen pyjobq_done")
         with translated():
-            with conn.cursor(row_factory=class_row(Watched)) as cur:
+            with _cursor(conn, class_row(Watched)) as cur:
                 cur.execute(statements.WATCH, ([job_id],))
                 (watched,) = cur.fetchall()
             if watched.status is None:
@@ -295,7 +305,7 @@ class JobQueue:
                         break
             if not ended:
                 return None
-            with conn.cursor(row_factory=class_row(JobInfo)) as cur:
+            with _cursor(conn, class_row(JobInfo)) as cur:
                 cur.execute(statements.GET, (job_id,))
                 return cur.fetchone()
 

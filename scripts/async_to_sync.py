@@ -28,6 +28,8 @@ WORDS = {
     "AsyncJobQueue": "JobQueue",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
+    "AsyncCursor": "Cursor",
+    "AsyncRowFactory": "RowFactory",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
 }

@@ -1,0 +1,58 @@
+"""Enqueue inside a Django transaction, and run pyjobq's commands with Django's database.
+
+Add ``"pyjobq.contrib.django"`` to ``INSTALLED_APPS`` for the ``pyjobq`` management command
+(``manage.py pyjobq migrate``, ``manage.py pyjobq worker myapp.jobs:HANDLERS``, any
+``pyjobq`` subcommand, on the database of ``settings.DATABASES``). Enqueue with
+:func:`job_queue` inside :func:`django.db.transaction.atomic`::
+
+    with transaction.atomic():
+        signup = Signup.objects.create(email=email)
+        job_queue().enqueue(JobType.OUTBOX, {"signup_id": signup.pk})
+
+Django 4.2 or newer on psycopg 3: the binding runs on Django's own psycopg connection, so
+the job commits or rolls back with the model's rows. Outside ``atomic()`` Django's
+connection autocommits, and so does the enqueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+from psycopg.conninfo import make_conninfo
+
+from pyjobq.queue import JobQueue
+
+
+def job_queue(using: str = DEFAULT_DB_ALIAS) -> JobQueue:
+    """A :class:`~pyjobq.queue.JobQueue` on the connection of database ``using``, inside
+    whatever transaction ``atomic()`` has open on it."""
+    wrapper = connections[using]
+    _check_backend(using, wrapper.vendor)
+    wrapper.ensure_connection()
+    driver = wrapper.connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError(
+            f"pyjobq needs psycopg 3 under Django's database {using!r}, got"
+            f" {type(driver).__module__}: install psycopg (Django prefers it to psycopg2)"
+        )
+    return JobQueue(driver)
+
+
+# Connection parameters Django adds for its own cursors and adapters, not libpq's.
+_DJANGO_ONLY = frozenset({"context", "cursor_factory", "prepare_threshold"})
+
+
+def conninfo(using: str = DEFAULT_DB_ALIAS) -> str:
+    """The libpq conninfo of database ``using``, from ``settings.DATABASES`` (``OPTIONS``
+    included), for the connections pyjobq opens itself (a worker's pool, migrations)."""
+    wrapper = connections[using]
+    _check_backend(using, wrapper.vendor)
+    params: dict[str, Any] = wrapper.get_connection_params()
+    return make_conninfo(**{k: v for k, v in params.items() if k not in _DJANGO_ONLY})
+
+
+def _check_backend(using: str, vendor: str) -> None:
+    if vendor != "postgresql":
+        raise TypeError(f"pyjobq needs PostgreSQL; Django's database {using!r} is {vendor}")

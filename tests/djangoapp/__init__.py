@@ -1,0 +1,1 @@
+"""A minimal Django project for the pyjobq.contrib.django tests (``tests.djangoapp.settings``)."""

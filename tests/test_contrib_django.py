@@ -1,0 +1,151 @@
+"""pyjobq.contrib.django: the enqueue joins ``transaction.atomic()``; ``manage.py pyjobq``
+migrates and runs a worker on the database of the settings."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("django", reason="the django extra is not installed")
+
+import django
+from django.conf import settings
+from django.db import connection, connections, transaction
+
+from pyjobq import JobQueue, JobType
+from pyjobq.contrib.django import conninfo, job_queue
+from tests.djangoapp.settings import databases
+from tests.sqlhelp import one
+from tests.workerhelp import wait_for
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Declined(Exception):
+    pass
+
+
+@pytest.fixture
+def django_db(dsn: str, conn: Connection) -> Iterator[Connection]:
+    """Django configured in this process on the test's database (every test's database has
+    the same name, so the settings made for the first one serve them all)."""
+    if not settings.configured:
+        settings.configure(
+            SECRET_KEY="tests-only",
+            USE_TZ=True,
+            INSTALLED_APPS=["pyjobq.contrib.django"],
+            DATABASES=databases(dsn),
+        )
+        django.setup()
+    assert settings.DATABASES["default"]["NAME"] == conn.info.dbname
+    conn.execute("create table signup (email text primary key)")
+    yield conn
+    connections.close_all()
+
+
+def jobs_for(conn: Connection, email: str) -> int:
+    query = "select count(*) from pyjobq.job where payload->>'email' = %s"
+    return int(one(conn, query, (email,)))
+
+
+def sign_up(email: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("insert into signup values (%s)", [email])
+    job_queue().enqueue(JobType.OUTBOX, {"email": email})
+
+
+def test_a_committed_atomic_block_leaves_its_row_and_exactly_one_job(
+    django_db: Connection,
+) -> None:
+    with transaction.atomic():
+        sign_up("ada@example.com")
+        assert jobs_for(django_db, "ada@example.com") == 0
+    assert one(django_db, "select count(*) from signup") == 1
+    assert jobs_for(django_db, "ada@example.com") == 1
+
+
+def test_a_rolled_back_atomic_block_leaves_neither_row_nor_job(django_db: Connection) -> None:
+    def declined(email: str) -> None:
+        with transaction.atomic():  # a transaction, or a savepoint inside one
+            sign_up(email)
+            raise Declined
+
+    with pytest.raises(Declined):
+        declined("bob@example.com")
+    with transaction.atomic():
+        job_queue().enqueue(JobType.OUTBOX, {"email": "cy@example.com"})
+        with pytest.raises(Declined):
+            declined("dee@example.com")
+    assert one(django_db, "select count(*) from signup") == 0
+    assert jobs_for(django_db, "bob@example.com") == 0
+    assert jobs_for(django_db, "cy@example.com") == 1
+    assert jobs_for(django_db, "dee@example.com") == 0
+
+
+def test_rows_read_through_django_connection_keep_their_types(django_db: Connection) -> None:
+    # Django loads jsonb as text and binds parameters client-side on its connection: the
+    # binding's own rows must not change with it.
+    with transaction.atomic():
+        job_id = job_queue().enqueue(JobType.OUTBOX, {"email": "eve@example.com"}).job_id
+    through_django, directly = job_queue().get(job_id), JobQueue(django_db).get(job_id)
+    assert through_django is not None
+    assert through_django == directly
+    assert through_django.payload == {"email": "eve@example.com"}
+
+
+def test_conninfo_carries_the_settings_options(django_db: Connection) -> None:
+    with psycopg.connect(conninfo(), autocommit=True) as other:
+        assert other.info.dbname == django_db.info.dbname
+
+
+def manage(dsn: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYJOBQ_TEST_DSN": dsn,
+        "DJANGO_SETTINGS_MODULE": "tests.djangoapp.settings",
+    }
+    command = [sys.executable, "-m", "django", "pyjobq", *args]
+    return subprocess.Popen(command, cwd=ROOT, env=env, text=True, **popen)
+
+
+def test_manage_py_migrates_an_empty_database(pg_server: Any, conn: Connection) -> None:
+    conn.execute("create database django_empty")
+    try:
+        target = pg_server.dsn("django_empty")
+        run = manage(target, "migrate", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert "applied" in out
+        with psycopg.connect(target) as other:
+            assert one(other, "select pyjobq.schema_version()") >= 1
+    finally:
+        conn.execute("drop database django_empty with (force)")
+
+
+def test_manage_py_worker_runs_django_handlers_and_stops_on_sigterm(
+    dsn: str, django_db: Connection, tmp_path: Path
+) -> None:
+    django_db.execute("create table delivered (email text primary key)")
+    with transaction.atomic():
+        job_queue().enqueue(JobType.OUTBOX, {"email": "fay@example.com"})
+    log = (tmp_path / "worker.log").open("w")
+    worker = manage(dsn, "worker", "tests.djangoapp.handlers:HANDLERS", stdout=log, stderr=log)
+    try:
+        wait_for(
+            lambda: one(django_db, "select count(*) from pyjobq.job where status = 3") == 1,
+            "the Django worker to finish the job",
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, (tmp_path / "worker.log").read_text()
+    finally:
+        worker.kill()
+    assert one(django_db, "select array_agg(email) from delivered") == ["fay@example.com"]

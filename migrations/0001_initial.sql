@@ -46,7 +46,8 @@
 --   JQ004 job_type_conflict     the job type code is registered under another name
 -- Nothing is changed when an error is raised.
 
-create schema pyjobq;
+-- "if not exists": `pyjobq migrate` creates the schema first, to keep yoyo's bookkeeping in it.
+create schema if not exists pyjobq;
 
 comment on schema pyjobq is 'pyjobq job queue: the tables are private, the functions are the API';
 

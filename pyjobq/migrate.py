@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from yoyo import get_backend, read_migrations
 
@@ -22,6 +24,21 @@ MIN_SERVER_VERSION = 130000
 
 # How long a migrator waits for another one to finish before giving up (yoyo's lock).
 LOCK_TIMEOUT_SECONDS = 60
+
+# The schema of everything pyjobq installs, yoyo's bookkeeping included (_yoyo_migration,
+# _yoyo_log, _yoyo_version, yoyo_lock): nothing goes to public, and DROP SCHEMA removes it all.
+SCHEMA = "pyjobq"
+
+# Serialises the creation of the schema by concurrent first migrators: an advisory lock key
+# ("pyjobq" in ASCII), held to the end of one short transaction.
+SCHEMA_LOCK_KEY = 0x70796A6F6271
+
+BOOKKEEPING_COMMENTS = {
+    "_yoyo_migration": "yoyo-migrations: the pyjobq migrations applied (or adopted) here",
+    "_yoyo_log": "yoyo-migrations: when each pyjobq migration was applied, marked or rolled back",
+    "_yoyo_version": "yoyo-migrations: the version of these bookkeeping tables",
+    "yoyo_lock": "yoyo-migrations: held by a migrator while it runs, so one applies at a time",
+}
 
 
 def migrations_dir() -> Path:
@@ -85,27 +102,31 @@ def shipped_migrations() -> list[str]:
 
 
 def yoyo_url(dsn: str) -> str:
-    """Turn a libpq conninfo string or postgresql:// URL into a yoyo database URL.
+    """Turn a libpq conninfo string or postgresql:// URL into the yoyo database URL that
+    :func:`migrate` uses: yoyo's bookkeeping tables in the schema ``pyjobq``.
 
     Every parameter goes into the query string, which yoyo passes to psycopg.connect()
-    unchanged, so nothing is lost to URL quoting (yoyo does not unquote the path).
+    unchanged, so nothing is lost to URL quoting (yoyo does not unquote the path). yoyo takes
+    ``schema`` out of it and sets its connection's ``search_path`` to that schema.
     """
-    return "postgresql+psycopg:///?" + urlencode(conninfo_to_dict(dsn))
+    return "postgresql+psycopg:///?" + urlencode({**conninfo_to_dict(dsn), "schema": SCHEMA})
 
 
 def migrate(dsn: str) -> list[str]:
     """Bring the database at ``dsn`` up to the latest pyjobq schema; returns the ids of the
     steps applied, none when it was up to date.
 
-    Concurrent callers are serialised by yoyo's lock (a row in ``yoyo_lock``), so only
-    one of them applies each migration. A schema installed without yoyo (``psql -f``, as
-    the README allows) is adopted: the steps up to its ``schema_version()`` are recorded
-    as applied, and only the later ones run. A server older than
-    :data:`MIN_SERVER_VERSION` is refused (:class:`~pyjobq.errors.ServerTooOld`) before
-    anything is written.
+    Concurrent callers are serialised by yoyo's lock (a row in ``pyjobq.yoyo_lock``), so
+    only one of them applies each migration. yoyo's bookkeeping lives in the schema
+    ``pyjobq``, which this creates first when it is missing. A schema installed without
+    yoyo (``psql -f``, as the README allows) is adopted: the steps up to its
+    ``schema_version()`` are recorded as applied, and only the later ones run. A server
+    older than :data:`MIN_SERVER_VERSION` is refused (:class:`~pyjobq.errors.ServerTooOld`)
+    before anything is written.
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         check_server_version(conn.info.server_version)
+        create_schema(conn)
     migrations = read_migrations(str(migrations_dir()))
     with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
         pending = backend.to_apply(migrations)
@@ -114,7 +135,31 @@ def migrate(dsn: str) -> list[str]:
             backend.mark_migrations(pending[:installed])
             pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
-        return [m.id for m in pending]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        comment_bookkeeping(conn)
+    return [m.id for m in pending]
+
+
+def create_schema(conn: psycopg.Connection[Any]) -> None:
+    """Create the schema ``pyjobq`` unless it exists, for yoyo's tables to go in; migration
+    0001 creates it only if missing. Checked first, because CREATE SCHEMA IF NOT EXISTS
+    still needs the CREATE privilege on the database."""
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (SCHEMA_LOCK_KEY,))
+        exists = conn.execute("select to_regnamespace(%s) is not null", (SCHEMA,)).fetchone()
+        if not (exists and exists[0]):
+            conn.execute(sql.SQL("create schema {}").format(sql.Identifier(SCHEMA)))
+
+
+def comment_bookkeeping(conn: psycopg.Connection[Any]) -> None:
+    """Say on yoyo's tables what they are, for whoever lists the schema's tables (those of
+    them this yoyo release has)."""
+    for table, comment in BOOKKEEPING_COMMENTS.items():
+        name = sql.Identifier(SCHEMA, table)
+        found = conn.execute("select to_regclass(%s) is not null", (name.as_string(conn),))
+        if found.fetchone() == (True,):
+            statement = sql.SQL("comment on table {} is {}").format(name, sql.Literal(comment))
+            conn.execute(statement)
 
 
 def installed_version(dsn: str) -> int:

@@ -19,7 +19,14 @@ from yoyo import get_backend, read_migrations
 
 from pyjobq import SCHEMA_VERSION, JobQueue, LeaseLost
 from pyjobq.localpg import LocalPostgres
-from pyjobq.migrate import migrate, migrations_dir, shipped_migrations, yoyo_url
+from pyjobq.migrate import (
+    BOOKKEEPING_COMMENTS,
+    create_schema,
+    migrate,
+    migrations_dir,
+    shipped_migrations,
+    yoyo_url,
+)
 from tests.sqlhelp import FROZEN, freeze
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
@@ -50,9 +57,12 @@ def psql_file(pg_server: LocalPostgres, path: Path, dsn: str) -> None:
 
 
 def schema_dump(pg_server: LocalPostgres, dsn: str) -> str:
-    """pg_dump of the pyjobq schema only: yoyo's bookkeeping tables live elsewhere."""
+    """pg_dump of the pyjobq schema without yoyo's bookkeeping tables (which a schema
+    installed with psql does not have)."""
+    pg_dump = [str(pg_server.bindir / "pg_dump"), "--schema-only", "--schema=pyjobq"]
+    bookkeeping = [f"--exclude-table=pyjobq.{table}" for table in BOOKKEEPING_COMMENTS]
     out = subprocess.run(
-        [str(pg_server.bindir / "pg_dump"), "--schema-only", "--schema=pyjobq", "--dbname", dsn],
+        [*pg_dump, *bookkeeping, "--dbname", dsn],
         capture_output=True,
         text=True,
         check=True,
@@ -62,20 +72,28 @@ def schema_dump(pg_server: LocalPostgres, dsn: str) -> str:
     return "\n".join(line for line in out.splitlines() if not line.startswith(keyed))
 
 
-def applied_counts(dsn: str) -> dict[str, int]:
-    """How many times yoyo applied each migration to the database."""
+def applied_counts(dsn: str, schema: str = "pyjobq") -> dict[str, int]:
+    """How many times yoyo applied each migration to the database, by the bookkeeping in
+    ``schema`` (pyjobq's, or public for yoyo's own command line)."""
+    log = sql.Identifier(schema, "_yoyo_log")
+    query = "select migration_id, count(*) from {} where operation = 'apply' group by 1"
     with psycopg.connect(dsn) as connection:
-        rows = connection.execute(
-            "select migration_id, count(*) from _yoyo_log"
-            " where operation = 'apply' group by migration_id"
-        ).fetchall()
+        rows = connection.execute(sql.SQL(query).format(log)).fetchall()
     return dict(rows)
 
 
 def recorded(dsn: str) -> list[str]:
     """The migrations yoyo holds as applied (run, or marked as already there)."""
     with psycopg.connect(dsn) as connection:
-        rows = connection.execute("select migration_id from _yoyo_migration order by 1")
+        rows = connection.execute("select migration_id from pyjobq._yoyo_migration order by 1")
+        return [r[0] for r in rows.fetchall()]
+
+
+def public_tables(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as connection:
+        rows = connection.execute(
+            "select relname from pg_class where relnamespace = 'public'::regnamespace"
+        )
         return [r[0] for r in rows.fetchall()]
 
 
@@ -91,6 +109,28 @@ def test_migrations_build_the_canonical_schema(
     assert "CREATE FUNCTION pyjobq." in expected
     assert "COMMENT ON FUNCTION pyjobq." in expected
     assert schema_dump(pg_server, migrated) == expected
+
+
+def test_migrate_keeps_its_bookkeeping_in_the_pyjobq_schema(
+    new_database: Callable[[], str],
+) -> None:
+    target = new_database()
+    migrate(target)
+    assert public_tables(target) == []
+    assert recorded(target) == shipped_migrations()
+    with psycopg.connect(target) as connection:
+        comments = connection.execute(
+            "select relname, obj_description(oid, 'pg_class') from pg_class"
+            " where relnamespace = 'pyjobq'::regnamespace and relkind = 'r' and relname like %s",
+            ("%yoyo%",),
+        ).fetchall()
+    assert {name for name, _ in comments} == set(BOOKKEEPING_COMMENTS)
+    assert all(comment.startswith("yoyo-migrations: ") for _, comment in comments)
+    # Dropping the schema uninstalls everything, the bookkeeping with it.
+    with psycopg.connect(target, autocommit=True) as connection:
+        connection.execute("drop schema pyjobq cascade")
+    assert public_tables(target) == []
+    assert migrate(target) == shipped_migrations()
 
 
 def test_yoyo_command_line_applies_the_migrations(
@@ -110,9 +150,12 @@ def test_yoyo_command_line_applies_the_migrations(
     migrate(by_api)
 
     assert schema_dump(pg_server, by_cli) == schema_dump(pg_server, by_api)
-    # Both paths keep the same bookkeeping, so migrate() sees the CLI's work as done.
-    migrate(by_cli)
-    assert applied_counts(by_cli) == dict.fromkeys(shipped_migrations(), 1)
+    # yoyo's command line keeps its bookkeeping in public, as yoyo always does; migrate()
+    # adopts what it installed and runs nothing again.
+    assert applied_counts(by_cli, "public") == dict.fromkeys(shipped_migrations(), 1)
+    assert migrate(by_cli) == []
+    assert recorded(by_cli) == shipped_migrations()
+    assert applied_counts(by_cli) == {}
 
 
 def test_concurrent_migrators_apply_each_migration_once(new_database: Callable[[], str]) -> None:
@@ -136,12 +179,14 @@ def test_concurrent_migrators_apply_each_migration_once(new_database: Callable[[
 def test_migrate_waits_for_the_yoyo_lock(new_database: Callable[[], str]) -> None:
     target = new_database()
     # yoyo's own tables first: creating them takes the lock whatever migrate() does.
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
     with get_backend(yoyo_url(target)) as backend:
         backend.ensure_internal_schema_updated()
     holder = psycopg.connect(target)
     # An uncommitted lock row: a second INSERT of it blocks on the primary key, which
     # pg_stat_activity shows as a lock wait, instead of failing and polling.
-    holder.execute("insert into yoyo_lock (locked, ctime, pid) values (1, now(), 0)")
+    holder.execute("insert into pyjobq.yoyo_lock (locked, ctime, pid) values (1, now(), 0)")
 
     errors: list[BaseException] = []
 
@@ -165,8 +210,9 @@ def test_migrate_waits_for_the_yoyo_lock(new_database: Callable[[], str]) -> Non
                 " and wait_event_type = 'Lock' and query ilike '%yoyo_lock%')"
             ).fetchone() == (True,)
         assert waiting, errors
-        schema = observer.execute("select to_regnamespace('pyjobq')").fetchone()
-        assert schema == (None,)
+        # Nothing applied while it waits: the schema holds yoyo's tables only.
+        functions = observer.execute("select to_regproc('pyjobq.schema_version')").fetchone()
+        assert functions == (None,)
     finally:
         observer.close()
         holder.rollback()
@@ -264,6 +310,8 @@ def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
 ) -> None:
     target = new_database()
     migrations = read_migrations(str(migrations_dir()))
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
     with get_backend(yoyo_url(target)) as backend, backend.lock():
         backend.apply_migrations(backend.to_apply(migrations[:1]))
     jobs = jobs_in_every_state(target)

@@ -1,12 +1,15 @@
-"""The wheel: built from the checkout, installed in a fresh venv with no checkout on the path, it
-migrates a new database and drains jobs (what a user who runs ``pip install pyjobq`` gets)."""
+"""The release files: the sdist built from the checkout, the wheel built from that sdist (as
+``python -m build`` does), installed in a fresh venv with no checkout on the path, migrates a new
+database and drains jobs (what a user who runs ``pip install pyjobq`` gets)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tarfile
 import venv
+import zipfile
 from pathlib import Path
 
 import psycopg
@@ -50,11 +53,17 @@ def run(args: list[str], cwd: Path) -> str:
 
 def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
-        tmp_path,
-    )
+    run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], tmp_path)
+    (sdist,) = dist.glob("pyjobq-*.tar.gz")
     (wheel,) = dist.glob("pyjobq-*.whl")
+    with tarfile.open(sdist) as archive:
+        in_sdist = {Path(*Path(name).parts[1:]).as_posix() for name in archive.getnames()}
+    assert {"LICENSE", "README.md", "pyproject.toml", "sql/pyjobq.sql"} <= in_sdist
+    assert {f"migrations/{m.name}" for m in (ROOT / "migrations").glob("*.sql")} <= in_sdist
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+    assert {"pyjobq/sql/pyjobq.sql", "pyjobq/py.typed"} <= in_wheel
+    assert "pyjobq/contrib/django/management/commands/pyjobq.py" in in_wheel
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"

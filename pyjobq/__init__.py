@@ -13,7 +13,7 @@ from pyjobq.errors import (
     SchemaTooNew,
     ServerTooOld,
 )
-from pyjobq.migrate import SCHEMA_VERSION, migrate
+from pyjobq.migrate import SCHEMA_VERSION, Migrated, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
     Cancellation,
@@ -57,6 +57,7 @@ __all__ = [
     "JobTypeInfo",
     "LeaseLost",
     "LockTimeout",
+    "Migrated",
     "PyjobqError",
     "ReapedJob",
     "RegisteredType",

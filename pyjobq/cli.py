@@ -161,11 +161,13 @@ def migrate(dsn: str | None) -> None:
     from pyjobq.migrate import migrate as apply
 
     with reporting():
-        applied = apply(resolve_dsn(dsn))
+        done = apply(resolve_dsn(dsn))
     with queue(dsn) as q:
         version = q.schema_version()
-    if applied:
-        click.echo(f"applied {', '.join(applied)}: pyjobq schema version {version}")
+    if done.adopted:
+        click.echo(f"adopted {', '.join(done.adopted)}: installed before, recorded as applied")
+    if done.applied:
+        click.echo(f"applied {', '.join(done.applied)}: pyjobq schema version {version}")
     else:
         click.echo(f"pyjobq schema version {version}: up to date, nothing applied")
 
@@ -494,7 +496,8 @@ def jobs(
         if as_json:
             click.echo(json.dumps(dataclasses.asdict(r), default=str))
             continue
-        error = (r.last_error or "").splitlines()[:1]
+        # The last line: a handler's traceback ends with the exception and its message.
+        error = [line for line in (r.last_error or "").splitlines() if line.strip()][-1:]
         click.echo(
             f"{r.job_id}  {r.job_type_name:<12} {r.status_name:<9} {r.attempts}/{r.max_attempts}"
             f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {error[0] if error else ''}".rstrip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,18 @@ def yoyo_url(dsn: str) -> str:
     return "postgresql+psycopg:///?" + urlencode({**conninfo_to_dict(dsn), "schema": SCHEMA})
 
 
-def migrate(dsn: str) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """What :func:`migrate` did: the steps it ran, and the steps it found installed without
+    its bookkeeping (by psql, or by yoyo's own command line) and recorded as applied."""
+
+    applied: list[str]
+    adopted: list[str]
+
+
+def migrate(dsn: str) -> Migrated:
     """Bring the database at ``dsn`` up to the latest pyjobq schema; returns the ids of the
-    steps applied, none when it was up to date.
+    steps applied (none when it was up to date) and of those adopted.
 
     Concurrent callers are serialised by yoyo's lock (a row in ``pyjobq.yoyo_lock``), so
     only one of them applies each migration. yoyo's bookkeeping lives in the schema
@@ -131,13 +141,14 @@ def migrate(dsn: str) -> list[str]:
     with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
         pending = backend.to_apply(migrations)
         installed = installed_version(dsn) if len(pending) == len(migrations) else 0
-        if installed:
-            backend.mark_migrations(pending[:installed])
+        adopted = pending[:installed]
+        if adopted:
+            backend.mark_migrations(adopted)
             pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
     with psycopg.connect(dsn, autocommit=True) as conn:
         comment_bookkeeping(conn)
-    return [m.id for m in pending]
+    return Migrated(applied=[m.id for m in pending], adopted=[m.id for m in adopted])
 
 
 def create_schema(conn: psycopg.Connection[Any]) -> None:

@@ -115,3 +115,14 @@ def test_the_command_line_lists_a_page_and_the_next(dsn: str, conn: Conn) -> Non
     assert shown == [str(i) for i in ids[:0:-1]]
     rest = runner.invoke(main, ["jobs", "--dsn", dsn, "--after", shown[-1], "--json"])
     assert [json.loads(line)["job_id"] for line in rest.output.splitlines()] == [str(ids[0])]
+
+
+def test_the_command_line_shows_the_exception_line_of_a_traceback(dsn: str, conn: Conn) -> None:
+    q = JobQueue(conn)
+    (job,) = q.enqueue_many(JobType.SEARCH, [{}], max_attempts=1)
+    (claimed,) = q.claim("w1", 1)
+    traceback = 'Traceback (most recent call last):\n  File "h.py", line 3\nRuntimeError: boom\n'
+    q.fail(job.job_id, "w1", claimed.attempt, traceback)
+    shown = CliRunner().invoke(main, ["jobs", "--dsn", dsn, "--status", "dead"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.rstrip().endswith("RuntimeError: boom")

@@ -14,13 +14,16 @@ from uuid import UUID
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from yoyo import get_backend, read_migrations
 
 from pyjobq import SCHEMA_VERSION, JobQueue, LeaseLost
+from pyjobq.cli import main
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import (
     BOOKKEEPING_COMMENTS,
+    Migrated,
     create_schema,
     migrate,
     migrations_dir,
@@ -130,7 +133,7 @@ def test_migrate_keeps_its_bookkeeping_in_the_pyjobq_schema(
     with psycopg.connect(target, autocommit=True) as connection:
         connection.execute("drop schema pyjobq cascade")
     assert public_tables(target) == []
-    assert migrate(target) == shipped_migrations()
+    assert migrate(target).applied == shipped_migrations()
 
 
 def test_yoyo_command_line_applies_the_migrations(
@@ -153,7 +156,7 @@ def test_yoyo_command_line_applies_the_migrations(
     # yoyo's command line keeps its bookkeeping in public, as yoyo always does; migrate()
     # adopts what it installed and runs nothing again.
     assert applied_counts(by_cli, "public") == dict.fromkeys(shipped_migrations(), 1)
-    assert migrate(by_cli) == []
+    assert migrate(by_cli) == Migrated(applied=[], adopted=shipped_migrations())
     assert recorded(by_cli) == shipped_migrations()
     assert applied_counts(by_cli) == {}
 
@@ -329,12 +332,26 @@ def test_migrate_adopts_a_schema_installed_with_psql(
     jobs = jobs_in_every_state(first)
 
     # Installed whole: every step is recorded, none runs again ("schema already exists").
-    assert migrate(whole) == []
+    assert migrate(whole) == Migrated(applied=[], adopted=shipped_migrations())
     assert recorded(whole) == shipped_migrations()
     assert applied_counts(whole) == {}
     # Installed at the first step: the later steps run, on the jobs it has.
-    assert migrate(first) == shipped_migrations()[1:]
+    assert migrate(first) == Migrated(shipped_migrations()[1:], shipped_migrations()[:1])
     assert recorded(first) == shipped_migrations()
     assert applied_counts(first) == dict.fromkeys(shipped_migrations()[1:], 1)
     assert_old_rows_work_on_the_new_schema(first, jobs)
     assert schema_dump(pg_server, first) == schema_dump(pg_server, whole)
+
+
+def test_the_command_says_what_it_adopted_and_what_it_applied(
+    pg_server: LocalPostgres, new_database: Callable[[], str]
+) -> None:
+    target = new_database()
+    psql_file(pg_server, migrations_dir() / f"{shipped_migrations()[0]}.sql", target)
+    first, *later = shipped_migrations()
+    said = CliRunner().invoke(main, ["migrate", "--dsn", target])
+    assert said.exit_code == 0, said.output
+    assert said.output.splitlines() == [
+        f"adopted {first}: installed before, recorded as applied",
+        f"applied {', '.join(later)}: pyjobq schema version {SCHEMA_VERSION}",
+    ]

@@ -25,6 +25,7 @@ import psycopg
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
+from sqlloop import drain_loop, enqueue_empty
 
 SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "30min"}
 
@@ -72,11 +73,7 @@ def build(dsn: str, history: int) -> None:
             " from generate_series(1, %s)",
             (history,),
         )
-        conn.execute(
-            "select count(*) from pyjobq.job_enqueue_many(1,"
-            " array(select '{}'::jsonb from generate_series(1, %s)))",
-            (ACTIVE["pending"] + ACTIVE["running"] + ACTIVE["dead"],),
-        )
+        enqueue_empty(conn, 1, ACTIVE["pending"] + ACTIVE["running"] + ACTIVE["dead"])
         claimed = conn.execute(
             "select job_id, attempt from pyjobq.job_claim('bench', %s)",
             (ACTIVE["running"] + ACTIVE["dead"],),
@@ -110,11 +107,7 @@ def latency(dsn: str, history: int) -> Latency:
 def drain(dsn: str, workers: int, reader_query: str | None, label: str) -> Drain:
     """Enqueue DRAIN_JOBS (type 2, apart from the history) and time W loops draining them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "select count(*) from pyjobq.job_enqueue_many(2,"
-            " array(select '{}'::jsonb from generate_series(1, %s)))",
-            (DRAIN_JOBS,),
-        )
+        enqueue_empty(conn, 2, DRAIN_JOBS)
         conn.execute("analyze pyjobq.job")
     stop = threading.Event()
     calls = 0
@@ -130,17 +123,7 @@ def drain(dsn: str, workers: int, reader_query: str | None, label: str) -> Drain
 
     def worker(n: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            while True:
-                rows = conn.execute(
-                    "select job_id, attempt from pyjobq.job_claim(%s, 20, null, '{2}')",
-                    (f"w{n}",),
-                ).fetchall()
-                if not rows:
-                    return
-                conn.execute(
-                    "select count(*) from pyjobq.job_complete_many(%s, %s::uuid[], %s::int[])",
-                    (f"w{n}", [r[0] for r in rows], [r[1] for r in rows]),
-                )
+            drain_loop(conn, f"w{n}", job_types=[2])
 
     side = threading.Thread(target=reader) if reader_query else None
     if side:

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from pyjobq.localpg import LocalPostgres
+from sqlloop import drain_loop, enqueue_empty
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"fsync": "off", "synchronous_commit": "off"}
@@ -31,15 +32,7 @@ def drain(dsn: str, jobs: int) -> float:
     """Jobs per second of one SQL loop claiming 20 at a time and completing them in one call."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         started = time.perf_counter()
-        done = 0
-        while rows := conn.execute(
-            "select job_id, attempt from pyjobq.job_claim('w1', 20)"
-        ).fetchall():
-            conn.execute(
-                "select count(*) from pyjobq.job_complete_many('w1', %s::uuid[], %s::int[])",
-                ([r[0] for r in rows], [r[1] for r in rows]),
-            )
-            done += len(rows)
+        done = drain_loop(conn, "w1")
         assert done == jobs, done
         return jobs / (time.perf_counter() - started)
 
@@ -78,11 +71,7 @@ def main() -> None:
                     conn.execute("grant pyjobq_worker to bench_worker")
                     if change:
                         conn.execute(change)
-                    conn.execute(
-                        "select count(*) from pyjobq.job_enqueue_many(1,"
-                        " array(select '{}'::jsonb from generate_series(1, %s)))",
-                        (args.jobs,),
-                    )
+                    enqueue_empty(conn, 1, args.jobs)
                     conn.execute("vacuum analyze pyjobq.job")
                 rates[label].append(
                     drain(make_conninfo(server.dsn(name), user="bench_worker"), args.jobs)

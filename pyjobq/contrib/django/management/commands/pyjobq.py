@@ -19,7 +19,7 @@ _NOT_ON_DJANGO_DATABASE = frozenset({"demo"})
 class Command(BaseCommand):
     help = (
         "Run a pyjobq command (migrate, worker, counts, jobs, …) on a database of"
-        " settings.DATABASES. `manage.py pyjobq --help` lists them after Django's options."
+        " settings.DATABASES; `manage.py pyjobq` alone lists them."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

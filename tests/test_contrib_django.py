@@ -20,7 +20,7 @@ import django
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from pyjobq import JobQueue, JobType
+from pyjobq import SCHEMA_VERSION, JobQueue, JobType
 from pyjobq.contrib.django import conninfo, job_queue
 from tests.djangoapp.settings import databases
 from tests.sqlhelp import one
@@ -113,22 +113,55 @@ def manage(dsn: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
         "PYJOBQ_TEST_DSN": dsn,
         "DJANGO_SETTINGS_MODULE": "tests.djangoapp.settings",
     }
-    command = [sys.executable, "-m", "django", "pyjobq", *args]
+    command = [sys.executable, "-m", "django", *args]
     return subprocess.Popen(command, cwd=ROOT, env=env, text=True, **popen)
 
 
-def test_manage_py_migrates_an_empty_database(pg_server: Any, conn: Connection) -> None:
+def finished(run: subprocess.Popen[str]) -> str:
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, out + err
+    return out + err
+
+
+@pytest.fixture
+def empty_database(pg_server: Any, conn: Connection) -> Iterator[str]:
+    """The conninfo of a database without the pyjobq schema."""
     conn.execute("create database django_empty")
-    try:
-        target = pg_server.dsn("django_empty")
-        run = manage(target, "migrate", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = run.communicate(timeout=120)
-        assert run.returncode == 0, err
-        assert "applied" in out
-        with psycopg.connect(target) as other:
-            assert one(other, "select pyjobq.schema_version()") >= 1
-    finally:
-        conn.execute("drop database django_empty with (force)")
+    yield pg_server.dsn("django_empty")
+    conn.execute("drop database django_empty with (force)")
+
+
+def test_django_migrate_installs_the_schema_through_the_apps_migration(
+    empty_database: str,
+) -> None:
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    assert "Applying pyjobq.0001_pyjobq_schema... OK" in finished(
+        manage(empty_database, "migrate", **pipes)
+    )
+    with psycopg.connect(empty_database) as other:
+        assert one(other, "select pyjobq.schema_version()") == SCHEMA_VERSION
+    # The same database again: nothing to do, for Django or for pyjobq.
+    assert "No migrations to apply" in finished(manage(empty_database, "migrate", **pipes))
+    said = finished(manage(empty_database, "pyjobq", "migrate", **pipes))
+    assert "up to date, nothing applied" in said
+
+
+def test_djangos_test_runner_gives_its_test_database_the_schema(
+    empty_database: str, conn: Connection
+) -> None:
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    run = manage(empty_database, "test", "tests.djangoapp.outbox_case", "--noinput", **pipes)
+    assert "Ran 1 test" in finished(run)
+    # The runner dropped its test database when it was done.
+    assert one(conn, "select count(*) from pg_database where datname = 'test_django_empty'") == 0
+
+
+def test_manage_py_pyjobq_migrate_installs_the_schema(empty_database: str) -> None:
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    said = finished(manage(empty_database, "pyjobq", "migrate", **pipes))
+    assert f"pyjobq schema version {SCHEMA_VERSION}" in said
+    with psycopg.connect(empty_database) as other:
+        assert one(other, "select pyjobq.schema_version()") == SCHEMA_VERSION
 
 
 def test_manage_py_worker_runs_django_handlers_and_stops_on_sigterm(
@@ -138,7 +171,8 @@ def test_manage_py_worker_runs_django_handlers_and_stops_on_sigterm(
     with transaction.atomic():
         job_queue().enqueue(JobType.OUTBOX, {"email": "fay@example.com"})
     log = (tmp_path / "worker.log").open("w")
-    worker = manage(dsn, "worker", "tests.djangoapp.handlers:HANDLERS", stdout=log, stderr=log)
+    command = ["pyjobq", "worker", "tests.djangoapp.handlers:HANDLERS"]
+    worker = manage(dsn, *command, stdout=log, stderr=log)
     try:
         wait_for(
             lambda: one(django_db, "select count(*) from pyjobq.job where status = 3") == 1,

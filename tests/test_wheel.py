@@ -64,6 +64,7 @@ def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_pa
         in_wheel = set(archive.namelist())
     assert {"pyjobq/sql/pyjobq.sql", "pyjobq/py.typed"} <= in_wheel
     assert "pyjobq/contrib/django/management/commands/pyjobq.py" in in_wheel
+    assert "pyjobq/contrib/django/migrations/0001_pyjobq_schema.py" in in_wheel
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"

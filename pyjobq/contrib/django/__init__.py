@@ -1,9 +1,10 @@
 """Enqueue inside a Django transaction, and run pyjobq's commands with Django's database.
 
-Add ``"pyjobq.contrib.django"`` to ``INSTALLED_APPS`` for the ``pyjobq`` management command
-(``manage.py pyjobq migrate``, ``manage.py pyjobq worker myapp.jobs:HANDLERS``, any
-``pyjobq`` subcommand, on the database of ``settings.DATABASES``). Enqueue with
-:func:`job_queue` inside :func:`django.db.transaction.atomic`::
+Add ``"pyjobq.contrib.django"`` to ``INSTALLED_APPS``: ``manage.py migrate`` then installs and
+upgrades the pyjobq schema (test databases included), and the ``pyjobq`` management command
+runs any ``pyjobq`` subcommand on the database of ``settings.DATABASES`` (``manage.py pyjobq
+worker myapp.jobs:HANDLERS``). Enqueue with :func:`job_queue` inside
+:func:`django.db.transaction.atomic`::
 
     with transaction.atomic():
         signup = Signup.objects.create(email=email)

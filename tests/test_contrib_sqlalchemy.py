@@ -15,7 +15,14 @@ import pytest
 pytest.importorskip("sqlalchemy", reason="the sqlalchemy extra is not installed")
 
 from sqlalchemy import URL, Engine, String, create_engine, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    scoped_session,
+    sessionmaker,
+)
 
 from pyjobq import JobType
 from pyjobq.contrib.sqlalchemy import async_job_queue, job_queue
@@ -94,6 +101,19 @@ def test_a_rolled_back_session_leaves_neither_row_nor_job(engine: Engine, conn: 
     for email in ("bob@example.com", "eve@example.com"):
         assert signups(conn, email) == 0
         assert jobs_for(conn, email) == 0
+
+
+def test_a_scoped_session_carries_the_job_like_a_session(engine: Engine, conn: Connection) -> None:
+    # Flask-SQLAlchemy's db.session is one of these.
+    scoped = scoped_session(sessionmaker(engine))
+    sign_up(scoped(), "flo@example.com")
+    scoped.commit()
+    scoped.add(Signup(email="gus@example.com"))
+    job_queue(scoped).enqueue(JobType.OUTBOX, {"email": "gus@example.com"})
+    scoped.rollback()
+    scoped.remove()
+    assert (signups(conn, "flo@example.com"), jobs_for(conn, "flo@example.com")) == (1, 1)
+    assert (signups(conn, "gus@example.com"), jobs_for(conn, "gus@example.com")) == (0, 0)
 
 
 def test_a_core_connection_transaction_carries_the_job(engine: Engine, conn: Connection) -> None:

@@ -16,11 +16,11 @@ the objects a payload refers to first, as above.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy import Connection, Dialect
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
 from pyjobq.aio import AsyncJobQueue
 from pyjobq.queue import JobQueue
@@ -28,16 +28,17 @@ from pyjobq.queue import JobQueue
 if TYPE_CHECKING:
     # SQLAlchemy's asyncio support needs greenlet (the sqlalchemy[asyncio] extra), which a
     # synchronous application may not have: imported only where it is used.
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 
 
-def job_queue(bind: Session | Connection) -> JobQueue:
+def job_queue(bind: Session | scoped_session[Any] | Connection) -> JobQueue:
     """A :class:`~pyjobq.queue.JobQueue` inside the transaction of ``bind``.
 
-    A :class:`~sqlalchemy.orm.Session` begins its transaction if it has none yet (as any
-    statement it runs would); its calls commit nothing, the session's commit does.
+    A :class:`~sqlalchemy.orm.Session` (or a ``scoped_session``, such as Flask-SQLAlchemy's
+    ``db.session``) begins its transaction if it has none yet, as any statement it runs
+    would; the calls commit nothing, the session's commit does.
     """
-    connection = bind.connection() if isinstance(bind, Session) else bind
+    connection = bind if isinstance(bind, Connection) else bind.connection()
     _check_dialect(connection.dialect)
     driver = connection.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
@@ -45,12 +46,14 @@ def job_queue(bind: Session | Connection) -> JobQueue:
     return JobQueue(driver)
 
 
-async def async_job_queue(bind: AsyncSession | AsyncConnection) -> AsyncJobQueue:
+async def async_job_queue(
+    bind: AsyncSession | async_scoped_session[Any] | AsyncConnection,
+) -> AsyncJobQueue:
     """An :class:`~pyjobq.aio.AsyncJobQueue` inside the transaction of ``bind``, the
     asyncio twin of :func:`job_queue` (``create_async_engine("postgresql+psycopg://…")``)."""
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
-    connection = await bind.connection() if isinstance(bind, AsyncSession) else bind
+    connection = bind if isinstance(bind, AsyncConnection) else await bind.connection()
     _check_dialect(connection.dialect)
     raw = await connection.get_raw_connection()
     driver = raw.driver_connection

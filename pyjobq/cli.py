@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from uuid import UUID
 
 import click
@@ -23,6 +23,9 @@ from pyjobq.errors import PyjobqError
 from pyjobq.migrate import check_schema_version
 from pyjobq.queue import JobQueue
 from pyjobq.rows import CountRow, JobStatus
+
+if TYPE_CHECKING:
+    from pyjobq.worker import Handler
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -345,6 +348,11 @@ def worker(
     if missing:
         fail(f"--types: no handler for job types {sorted(missing)}", 2)
     table = {t: h for t, h in table.items() if t in wanted}
+    # A program that embeds this command (``manage.py pyjobq``) may give, as click's ``obj``,
+    # a function to wrap every handler in.
+    wrap: Callable[[Handler], Handler] | None = click.get_current_context().obj
+    if wrap is not None:
+        table = {t: wrap(h) for t, h in table.items()}
     w = Worker(
         resolve_dsn(dsn),
         table,

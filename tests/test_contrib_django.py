@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -20,7 +21,7 @@ import django
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from pyjobq import SCHEMA_VERSION, JobQueue, JobType
+from pyjobq import SCHEMA_VERSION, JobQueue, JobStatus, JobType
 from pyjobq.contrib.django import conninfo, job_queue
 from tests.djangoapp.settings import databases
 from tests.sqlhelp import one
@@ -183,3 +184,42 @@ def test_manage_py_worker_runs_django_handlers_and_stops_on_sigterm(
     finally:
         worker.kill()
     assert one(django_db, "select array_agg(email) from delivered") == ["fay@example.com"]
+
+
+def test_a_broken_connection_costs_a_django_handler_one_try_not_every_job_after(
+    dsn: str, django_db: Connection, tmp_path: Path
+) -> None:
+    django_db.execute("create table delivered (email text primary key)")
+    queue = JobQueue(django_db)
+    first = queue.enqueue(JobType.OUTBOX, {"email": "gil@example.com"}).job_id
+    log = (tmp_path / "worker.log").open("w")
+    command = ["pyjobq", "worker", "tests.djangoapp.handlers:HANDLERS", "--concurrency", "1"]
+    worker = manage(dsn, *command, stdout=log, stderr=log)
+    try:
+        wait_for(lambda: status(django_db, first) == JobStatus.DONE, "the first job")
+        # Every other session ends, the handler thread's Django connection among them, as
+        # when the database restarts.
+        django_db.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+        )
+        second = queue.enqueue(JobType.OUTBOX, {"email": "hal@example.com"}).job_id
+        third = queue.enqueue(JobType.OUTBOX, {"email": "ida@example.com"}).job_id
+        wait_for(
+            lambda: {status(django_db, second), status(django_db, third)} <= ENDED,
+            "the jobs after the break to end",
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, (tmp_path / "worker.log").read_text()
+    finally:
+        worker.kill()
+    assert (status(django_db, second), status(django_db, third)) == (JobStatus.DONE,) * 2
+    delivered = one(django_db, "select array_agg(email order by email) from delivered")
+    assert delivered == ["gil@example.com", "hal@example.com", "ida@example.com"]
+
+
+ENDED = {JobStatus.DONE, JobStatus.DEAD}
+
+
+def status(conn: Connection, job_id: UUID) -> JobStatus:
+    return JobStatus(one(conn, "select status from pyjobq.job where job_id = %s", (job_id,)))

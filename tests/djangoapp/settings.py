@@ -17,6 +17,8 @@ def databases(dsn: str) -> dict[str, dict[str, object]]:
         "HOST": params.pop("host", ""),
         "PORT": params.pop("port", ""),
         "OPTIONS": params,
+        # Persistent connections, as a busy application keeps them.
+        "CONN_MAX_AGE": None,
     }
     return {"default": default}
 

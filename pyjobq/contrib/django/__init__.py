@@ -17,13 +17,18 @@ connection autocommits, and so does the enqueue.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+from typing import Any, cast
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from psycopg.conninfo import make_conninfo
 
+from pyjobq.params import Payload
 from pyjobq.queue import JobQueue
+from pyjobq.rows import ClaimedJob
+from pyjobq.worker import Handler, SyncHandler
 
 
 def job_queue(using: str = DEFAULT_DB_ALIAS) -> JobQueue:
@@ -57,3 +62,28 @@ def conninfo(using: str = DEFAULT_DB_ALIAS) -> str:
 def _check_backend(using: str, vendor: str) -> None:
     if vendor != "postgresql":
         raise TypeError(f"pyjobq needs PostgreSQL; Django's database {using!r} is {vendor}")
+
+
+def django_handler(handler: Handler) -> Handler:
+    """``handler`` with its thread's Django connections looked after as around a request:
+    ``close_old_connections()`` before and after each job. ``CONN_MAX_AGE`` and
+    ``CONN_HEALTH_CHECKS`` then apply between jobs, and a connection a database restart broke
+    costs the job that found it one try, instead of failing every job the thread runs after.
+
+    ``manage.py pyjobq worker`` wraps every synchronous handler in it; wrap yours when you
+    build a :class:`~pyjobq.worker.Worker` yourself. An ``async def`` handler is returned as
+    it is: it reaches the ORM through ``sync_to_async``, which looks after its own thread.
+    """
+    if inspect.iscoroutinefunction(handler):
+        return handler
+    sync = cast(SyncHandler, handler)
+
+    @functools.wraps(sync)
+    def run(job: ClaimedJob) -> Payload | None:
+        close_old_connections()
+        try:
+            return sync(job)
+        finally:
+            close_old_connections()
+
+    return run

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
 from pyjobq.cli import main
-from pyjobq.contrib.django import conninfo
+from pyjobq.contrib.django import conninfo, django_handler
 
 # The demo runs on a throwaway server unless given --dsn: it never defaults to the
 # application's database.
@@ -41,5 +41,8 @@ class Command(BaseCommand):
             and any(param.name == "dsn" for param in command.params)
         }
         main.main(
-            args=pyjobq_args or ["--help"], prog_name="manage.py pyjobq", default_map=defaults
+            args=pyjobq_args or ["--help"],
+            prog_name="manage.py pyjobq",
+            default_map=defaults,
+            obj=django_handler,  # the worker wraps each handler in it
         )

@@ -1,7 +1,8 @@
 """FastAPI on a psycopg pool: an order, its stock reservations and its confirmation job commit
 together or not at all.
 
-Run: PYJOBQ_DSN=postgresql://… uvicorn --app-dir examples/python fastapi_app:app
+Run (with uvicorn installed: pip install uvicorn):
+PYJOBQ_DSN=postgresql://… uvicorn --app-dir examples/python fastapi_app:app
 
 ``POST /orders`` takes ``{"email": …, "items": {"sku": quantity, …}}``; an item out of stock
 answers 409, and neither the order nor its confirmation job remain. ``GET /jobs/{id}`` shows

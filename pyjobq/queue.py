@@ -11,6 +11,7 @@ from typing import Any, LiteralString, TypeVar
 from uuid import UUID
 
 import psycopg
+from psycopg.pq import Format
 from psycopg.rows import RowFactory, class_row, scalar_row
 from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import ConnectionPool
@@ -38,14 +39,23 @@ from pyjobq.rows import (
 
 T = TypeVar("T")
 
+_JSONB_OID = psycopg.adapters.types["jsonb"].oid
+
 
 def _cursor(conn: psycopg.Connection[Any], rows: RowFactory[T]) -> psycopg.Cursor[T]:
     """A cursor of the binding's own on ``conn``: server-side parameters and psycopg's JSON
     loaders, whatever cursor class and loaders the application gave the connection (Django's
     binds parameters in the client and loads jsonb as text)."""
     cur = psycopg.Cursor(conn, row_factory=rows)
-    cur.adapters.register_loader("jsonb", JsonbLoader)
-    cur.adapters.register_loader("jsonb", JsonbBinaryLoader)
+    # Registered only on a connection whose loaders differ: registering copies the cursor's
+    # loader table, and this runs for every claim and completion of a worker.
+    loaders = cur.adapters
+    if (
+        loaders.get_loader(_JSONB_OID, Format.TEXT) is not JsonbLoader
+        or loaders.get_loader(_JSONB_OID, Format.BINARY) is not JsonbBinaryLoader
+    ):
+        loaders.register_loader("jsonb", JsonbLoader)
+        loaders.register_loader("jsonb", JsonbBinaryLoader)
     return cur
 
 

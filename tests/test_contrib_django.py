@@ -101,6 +101,11 @@ def test_rows_read_through_django_connection_keep_their_types(django_db: Connect
     assert through_django is not None
     assert through_django == directly
     assert through_django.payload == {"email": "eve@example.com"}
+    # wait() reads its row in text format, where Django's jsonb loader would apply.
+    JobQueue(django_db).cancel([job_id])
+    waited = job_queue().wait(job_id, timeout=30)
+    assert waited is not None
+    assert waited.payload == {"email": "eve@example.com"}
 
 
 def test_conninfo_carries_the_settings_options(django_db: Connection) -> None:

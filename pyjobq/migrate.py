@@ -134,19 +134,19 @@ def migrate(dsn: str) -> Migrated:
     older than :data:`MIN_SERVER_VERSION` is refused (:class:`~pyjobq.errors.ServerTooOld`)
     before anything is written.
     """
+    # One connection of our own beside yoyo's, idle (autocommit) while yoyo migrates.
     with psycopg.connect(dsn, autocommit=True) as conn:
         check_server_version(conn.info.server_version)
         create_schema(conn)
-    migrations = read_migrations(str(migrations_dir()))
-    with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
-        pending = backend.to_apply(migrations)
-        installed = installed_version(dsn) if len(pending) == len(migrations) else 0
-        adopted = pending[:installed]
-        if adopted:
-            backend.mark_migrations(adopted)
+        migrations = read_migrations(str(migrations_dir()))
+        with get_backend(yoyo_url(dsn)) as backend, backend.lock(LOCK_TIMEOUT_SECONDS):
             pending = backend.to_apply(migrations)
-        backend.apply_migrations(pending)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+            installed = installed_version(conn) if len(pending) == len(migrations) else 0
+            adopted = pending[:installed]
+            if adopted:
+                backend.mark_migrations(adopted)
+                pending = backend.to_apply(migrations)
+            backend.apply_migrations(pending)
         comment_bookkeeping(conn)
     return Migrated(applied=[m.id for m in pending], adopted=[m.id for m in adopted])
 
@@ -173,11 +173,10 @@ def comment_bookkeeping(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
-def installed_version(dsn: str) -> int:
+def installed_version(conn: psycopg.Connection[Any]) -> int:
     """``pyjobq.schema_version()`` of the database, 0 when it has no pyjobq schema."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("select to_regproc('pyjobq.schema_version') is not null").fetchone()
-        if not (row and row[0]):
-            return 0
-        version = conn.execute("select pyjobq.schema_version()").fetchone()
-        return int(version[0]) if version else 0
+    row = conn.execute("select to_regproc('pyjobq.schema_version') is not null").fetchone()
+    if not (row and row[0]):
+        return 0
+    version = conn.execute("select pyjobq.schema_version()").fetchone()
+    return int(version[0]) if version else 0

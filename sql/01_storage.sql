@@ -1,0 +1,220 @@
+-- pyjobq: a job queue that lives inside PostgreSQL.
+--
+-- The functions in this file are the whole API. Any client that can run
+-- `select * from pyjobq.job_claim('w1', 10);` gets exactly the semantics the
+-- Python package gets: every state transition, lease check, backoff and dedupe
+-- decision is made here, in one statement per transition, so no client can
+-- disagree with another.
+--
+-- A job's life, in the order the functions are defined below:
+--
+--   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
+--   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
+--   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
+--   job_complete / job_complete_many -> DONE (3)
+--   job_fail                         -> PENDING again after a backoff, or DEAD (4)
+--   job_release(_many)               -> PENDING again, the try given back (shutdown)
+--   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
+--   job_counts                       -> jobs per type and status, with health figures
+--   job_get                          -> one job, with its payload, result and last error
+--   job_list                         -> pages of jobs by type, status, key and time, newest first
+--   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
+--   job_watch                        -> a job's end announced on pyjobq_done
+--   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
+--   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
+--
+-- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
+-- transition is a compare-and-set on all three plus status = RUNNING, so a
+-- holder whose lease was reaped, and the job claimed again (even by a worker
+-- with the same id), can never complete, fail or renew the newer attempt: it
+-- gets SQLSTATE JQ001 instead. Recovery is by lease only: a job stays RUNNING
+-- until its holder finishes it or job_reap finds its lease expired.
+--
+-- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
+-- which a session of the schema's owner can freeze with
+-- `set pyjobq.fake_now = '...'` (tests); any other role that sets it gets 42501.
+--
+-- Waiting: claim, reap and prune skip rows other sessions hold locked. The
+-- functions that must wait for a row (an uncommitted duplicate's dedupe key, a
+-- job a reaper or another transaction is changing) give up after
+-- lock_timeout = 5 s with SQLSTATE 55P03 instead of hanging behind a
+-- transaction left open; retrying later is always safe.
+--
+-- Errors: arguments out of range raise 22023 (invalid_parameter_value) or
+-- 22004 (null_value_not_allowed) naming the argument and its allowed range;
+-- queue states raise the JQ class:
+--   JQ001 lease_lost            the caller no longer holds this attempt of the job
+--   JQ002 job_not_found         no job with that id
+--   JQ003 job_already_finished  the caller's own attempt is already DONE or DEAD
+--   JQ004 job_type_conflict     the job type code is registered under another name
+-- Nothing is changed when an error is raised.
+
+create schema pyjobq;
+
+comment on schema pyjobq is 'pyjobq job queue: the tables are private, the functions are the API';
+
+-- The clock ----------------------------------------------------------------
+
+create function pyjobq.clock_now()
+returns timestamptz
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_fake text := nullif(current_setting('pyjobq.fake_now', true), '');
+  v_now timestamptz;
+begin
+  if v_fake is null then
+    return statement_timestamp();
+  end if;
+  -- The clock belongs to the owner of the schema. Any other role that could move
+  -- it would take live leases from their workers (reap in 2100), claim jobs due
+  -- next week, or make a lease that never ends ('infinity').
+  if not pg_has_role(session_user,
+                     (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                     'USAGE') then
+    raise exception 'only the owner of schema pyjobq may set pyjobq.fake_now'
+      using errcode = '42501',
+            detail = format('Role %s set pyjobq.fake_now to %s.', session_user, v_fake),
+            hint = 'RESET pyjobq.fake_now: the test clock is for the schema owner''s test sessions.';
+  end if;
+  v_now := v_fake::timestamptz;
+  if not isfinite(v_now) then
+    raise exception 'pyjobq.fake_now must be a finite time'
+      using errcode = '22023',
+            detail = format('pyjobq.fake_now was %s.', v_fake),
+            hint = 'Set a time such as ''2030-01-01 00:00:00+00'', or RESET pyjobq.fake_now.';
+  end if;
+  return v_now;
+end;
+$$;
+
+comment on function pyjobq.clock_now() is
+  'The one clock of pyjobq: statement_timestamp(), unless the session sets pyjobq.fake_now to freeze time '
+  '(tests); only roles with the privileges of the pyjobq schema''s owner may, any other gets 42501, and a '
+  'time that is not finite is 22023.';
+
+create function pyjobq.schema_version()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select 2
+$$;
+
+comment on function pyjobq.schema_version() is
+  'Version of the pyjobq schema installed in this database: 1 + the number of schema changes since the first release.';
+
+-- Storage --------------------------------------------------------------------
+
+create table pyjobq.job_type (
+  job_type smallint primary key,
+  name varchar(63) not null,
+  created_at timestamptz not null default pyjobq.clock_now(),
+  constraint job_type_name_key unique (name),
+  constraint job_type_code_range check (job_type between 1 and 32767),
+  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '')
+);
+
+comment on table pyjobq.job_type is
+  'Registered job type codes and their names; job_enqueue refuses codes that are not here.';
+
+insert into pyjobq.job_type (job_type, name) values (1, 'SEARCH'), (2, 'OUTBOX');
+
+-- Enqueue order: the claim's tiebreaker after priority and run_after, so
+-- that every position in the claim order is unique and later jobs sort later.
+create sequence pyjobq.job_seq;
+
+-- Bumped (never rolled back, no row lock) by every change that can make a job
+-- PENDING at a position before the claim order's current front; see job_claim.
+create sequence pyjobq.job_claim_epoch;
+
+create table pyjobq.job (
+  job_id uuid not null default gen_random_uuid(),
+  job_type smallint not null,
+  status smallint not null default 1,
+  priority smallint not null default 100,
+  payload jsonb not null default '{}',
+  result jsonb,
+  dedupe_key varchar(200),
+  attempts smallint not null default 0,
+  max_attempts smallint not null default 3,
+  run_after timestamptz not null,
+  lease_until timestamptz,
+  worker_id varchar(80),
+  run_started_at timestamptz,
+  last_error text,
+  created_at timestamptz not null,
+  updated_at timestamptz not null,
+  seq bigint not null default nextval('pyjobq.job_seq'),
+  attempts_refunded smallint not null default 0,
+  notify_done boolean not null default false,
+  constraint job_pkey primary key (job_id),
+  constraint job_status_valid check (status between 1 and 5),
+  constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
+  constraint job_attempts_within_max
+    check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
+  constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
+  constraint job_running_has_worker check (status <> 2 or worker_id is not null)
+);
+
+comment on table pyjobq.job is
+  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
+  '5 CANCELLED.';
+comment on column pyjobq.job.job_id is
+  'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
+  'gen_random_uuid(), only serves rows inserted directly.';
+comment on column pyjobq.job.attempts is
+  'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
+  'fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.notify_done is
+  'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
+comment on column pyjobq.job.attempts_refunded is
+  'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
+  'attempts_refunded is the tries used against max_attempts.';
+comment on column pyjobq.job.seq is
+  'Enqueue order, from sequence pyjobq.job_seq: breaks ties in the claim order (priority, run_after, seq).';
+comment on column pyjobq.job.run_after is
+  'The job is not claimed before this time (scheduling and retry backoff).';
+comment on column pyjobq.job.lease_until is
+  'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
+comment on column pyjobq.job.dedupe_key is
+  'At most one PENDING or RUNNING job per key; enqueueing an active key returns the existing job.';
+
+-- The claim: due PENDING jobs in priority then due-time order. The ORDER BY
+-- matches this index exactly, so an ordered index scan that stops at LIMIT is
+-- the only sensible plan whatever the statistics say (or do not yet say).
+create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status = 1;
+
+-- The reaper: expired leases (only RUNNING jobs have one). The predicate is
+-- on lease_until, not status: the compare-and-set transitions look a job up
+-- by id with status = 2, and when statistics undercount RUNNING jobs the
+-- planner would otherwise read this whole index for each of them.
+create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
+
+-- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
+-- DONE history. Jobs end so rarely, so the index costs the drain nothing.
+create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where status in (4, 5);
+
+-- job_counts: the share of each (job_type, status) pair in the sample of the
+-- last ANALYZE, from which it estimates the DONE jobs without reading them.
+create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
+
+-- The active-duplicate guard; DONE, DEAD and CANCELLED jobs free their key.
+create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
+  where status in (1, 2) and dedupe_key is not null;
+
+-- Every transition rewrites the row (the partial indexes make it non-HOT), so
+-- a queue churns through dead tuples at its own pace, not in proportion to
+-- its size: vacuum and analyze on absolute thresholds.
+alter table pyjobq.job set (
+  autovacuum_vacuum_scale_factor = 0,
+  autovacuum_vacuum_threshold = 5000,
+  autovacuum_vacuum_insert_scale_factor = 0,
+  autovacuum_vacuum_insert_threshold = 20000,
+  autovacuum_analyze_scale_factor = 0,
+  autovacuum_analyze_threshold = 20000,
+  autovacuum_vacuum_cost_delay = 0
+);

@@ -1,0 +1,261 @@
+-- Argument checks -------------------------------------------------------------
+
+create function pyjobq._check_range(p_name text, p_value bigint, p_min bigint, p_max bigint)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_value is null then
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            hint = format('Pass a value between %s and %s, or leave it out where it has a default.', p_min, p_max);
+  end if;
+  if p_value < p_min or p_value > p_max then
+    raise exception '% must be between % and %', p_name, p_min, p_max
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_range(text, bigint, bigint, bigint) is
+  'Raises 22004 when p_value is null and 22023 when it is outside [p_min, p_max], naming the argument.';
+
+create function pyjobq._check_text(p_name text, p_value text, p_max_length int, p_nullable boolean)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_value is null then
+    if p_nullable then
+      return;
+    end if;
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            hint = format('Pass a non-blank text of at most %s characters.', p_max_length);
+  end if;
+  if btrim(p_value, E' \t\n\r\f\v') = '' or length(p_value) > p_max_length then
+    raise exception '% must be a non-blank text of 1 to % characters', p_name, p_max_length
+      using errcode = '22023',
+            detail = format('%s had %s characters.', p_name, length(p_value));
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_text(text, text, int, boolean) is
+  'Raises 22004 for a null text (unless p_nullable) and 22023 for a blank one (nothing but spaces, tabs or '
+  'line breaks) or one longer than p_max_length.';
+
+-- Arrays pair their elements by position (a payload with its dedupe key, a job
+-- id with its attempt), so every array argument is one-dimensional and its
+-- positions count from 1: an array written '[0:1]={a,b}' is renumbered (a
+-- slice always starts at 1), a multi-dimensional one refused.
+create function pyjobq._check_array(p_name text, p_value anyarray)
+returns anyarray
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if array_ndims(p_value) > 1 then
+    raise exception '% must be a one-dimensional array', p_name
+      using errcode = '22023',
+            detail = format('%s has %s dimensions.', p_name, array_ndims(p_value)),
+            hint = 'Pass a plain list of values, e.g. ARRAY[...] or ''{...}''.';
+  end if;
+  if array_lower(p_value, 1) <> 1 then
+    return p_value[array_lower(p_value, 1):array_upper(p_value, 1)];
+  end if;
+  return p_value;
+end;
+$$;
+
+comment on function pyjobq._check_array(text, anyarray) is
+  'Returns p_value renumbered from 1 when it starts elsewhere; raises 22023 when it has more than one dimension.';
+
+create function pyjobq._check_same_length(p_name text, p_length int, p_expected int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_length <> p_expected then
+    raise exception '% must have as many elements as p_job_ids', p_name
+      using errcode = '22023',
+            detail = format('p_job_ids has %s, %s %s.', p_expected, p_name, p_length),
+            hint = 'Pass one element per job, in the order of p_job_ids.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_same_length(text, int, int) is
+  'Raises 22023 naming p_name when its array length p_length differs from p_job_ids'' p_expected.';
+
+create function pyjobq._check_time(p_name text, p_value timestamptz, p_now timestamptz)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Finite and within a century of now: 'infinity' would make a job that is
+  -- never due, or a bound that cannot be turned into a job id.
+  if p_value is not null
+     and not (isfinite(p_value) and p_value between p_now - interval '100 years' and p_now + interval '100 years') then
+    raise exception '% must be a time within 100 years of now', p_name
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value),
+            hint = 'Leave it out for the default.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
+  'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
+
+-- The name of each status code, for the functions that show one.
+create function pyjobq._status_name(p_status int)
+returns text
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[p_status];
+end;
+$$;
+
+comment on function pyjobq._status_name(int) is
+  'PENDING, RUNNING, DONE, DEAD or CANCELLED for status 1..5 (job_status_valid).';
+
+create function pyjobq._check_job_type(p_job_type int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_range('p_job_type', p_job_type, 1, 32767);
+  perform 1 from pyjobq.job_type t where t.job_type = p_job_type;
+  if not found then
+    raise exception 'p_job_type % is not a registered job type', p_job_type
+      using errcode = '22023',
+            hint = 'Register it first with pyjobq.job_type_register(code, name); pyjobq.job_types() lists the known ones.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_job_type(int) is
+  'Raises 22023 unless p_job_type is a registered job type code.';
+
+create function pyjobq._check_payload(p_name text, p_payload jsonb)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_payload is not null and jsonb_typeof(p_payload) <> 'object' then
+    raise exception '% must be a JSON object', p_name
+      using errcode = '22023',
+            detail = format('%s was a JSON %s.', p_name, jsonb_typeof(p_payload)),
+            hint = 'Wrap the value in an object, e.g. {"value": ...}.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_payload(text, jsonb) is
+  'Raises 22023 unless p_payload is null or a JSON object.';
+
+-- Why a transition on a job did not happen: raised after a guarded update
+-- matched no row, so the caller learns whether the job is gone, already
+-- finished by this very attempt, or no longer theirs.
+create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_status smallint;
+  v_worker text;
+  v_attempts smallint;
+  v_job_type smallint;
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_claim returned.';
+  end if;
+  select j.status, j.worker_id, j.attempts, j.job_type
+    into v_status, v_worker, v_attempts, v_job_type
+    from pyjobq.job j
+   where j.job_id = p_job_id;
+  if found then
+    perform pyjobq._check_privilege('work', array[v_job_type]);
+  else
+    raise exception 'job % does not exist', p_job_id
+      using errcode = 'JQ002',
+            hint = 'It may have been pruned, or the id is wrong.';
+  end if;
+  if v_status = 5 then
+    raise exception 'job % was cancelled', p_job_id
+      using errcode = 'JQ005',
+            hint = 'Stop working on it: nothing this attempt does is recorded.';
+  end if;
+  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
+    raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
+      using errcode = 'JQ003',
+            detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
+            hint = 'Finish each claimed attempt once.';
+  end if;
+  raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
+    using errcode = 'JQ001',
+          detail = format('The job is %s at attempt %s, worker %s.',
+                          case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
+                                        when 3 then 'DONE' else 'DEAD' end,
+                          v_attempts, coalesce(v_worker, 'none')),
+          hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
+end;
+$$;
+
+comment on function pyjobq._raise_not_held(uuid, text, int) is
+  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
+  'on job p_job_id.';
+
+-- Tries a job has left: its budget (max_attempts) minus the tries used, and
+-- never more than the claims its smallint counter can still hand out.
+create function pyjobq._tries_left(p_attempts int, p_attempts_refunded int, p_max_attempts int)
+returns int
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return least(p_max_attempts - (p_attempts - p_attempts_refunded), 32767 - p_attempts);
+end;
+$$;
+
+comment on function pyjobq._tries_left(int, int, int) is
+  'How many more times a job with these counters may be claimed: max_attempts minus the tries used '
+  '(attempts - attempts_refunded), at most 32767 - attempts.';
+
+-- Retry delay after attempt p_attempt: 2 s doubling per attempt, capped at one
+-- hour, minus up to 25% random jitter so retries of a burst spread out.
+create function pyjobq.retry_backoff(p_attempt int)
+returns interval
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select make_interval(secs => least(3600.0, 2.0 * power(2.0, greatest(p_attempt, 1) - 1))
+                               * (1.0 - 0.25 * random()))
+$$;
+
+comment on function pyjobq.retry_backoff(int) is
+  'Delay before the retry that follows attempt p_attempt: least(1 hour, 2 s * 2^(p_attempt - 1)) minus up to 25% jitter.';

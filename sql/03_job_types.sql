@@ -1,0 +1,251 @@
+-- Job types -------------------------------------------------------------------
+
+create function pyjobq.job_type_register(p_job_type int, p_name text)
+returns table (job_type int, name text, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_name text;
+begin
+  perform pyjobq._check_range('p_job_type', p_job_type, 1, 32767);
+  perform pyjobq._check_text('p_name', p_name, 63, false);
+  insert into pyjobq.job_type as t (job_type, name)
+  values (p_job_type, p_name)
+  on conflict do nothing;
+  if found then
+    return query select p_job_type, p_name, true;
+    return;
+  end if;
+  select t.name into v_name from pyjobq.job_type t where t.job_type = p_job_type;
+  if v_name is distinct from p_name then
+    raise exception 'job type % or name % is already registered', p_job_type, p_name
+      using errcode = 'JQ004',
+            detail = format('Code %s is named %s.', p_job_type, coalesce(v_name, '(unregistered)')),
+            hint = 'Codes and names are registered once; pick another code or name.';
+  end if;
+  return query select p_job_type, p_name, false;
+end;
+$$;
+
+comment on function pyjobq.job_type_register(int, text) is
+  'Registers job type code p_job_type (1..32767) under p_name; idempotent for the same pair, JQ004 when either is taken by another.';
+
+create function pyjobq.job_types()
+returns table (job_type int, name text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select t.job_type::int, t.name::text from pyjobq.job_type t order by t.job_type
+$$;
+
+comment on function pyjobq.job_types() is 'The registered job type codes and names.';
+
+-- Privileges per job type ------------------------------------------------------
+--
+-- The group roles decide which functions a role may call; these rows narrow,
+-- per job type, who may use them on that type's jobs. A privilege of a type
+-- with no row is open to every role that may call the function (the group
+-- roles' meaning); once a type has a row for a privilege, only members of the
+-- roles named for it (and the schema owner) hold it:
+--
+--   enqueue  job_enqueue, job_enqueue_many
+--   work     job_claim, and each transition a holder makes: complete, fail,
+--            renew, release
+--   observe  job_get, and the type's rows of job_counts
+--
+-- Membership is that of the session's role (session_user): inside a SECURITY
+-- DEFINER function the role that called it is not otherwise known. A worker
+-- whose type it may not work is told 42501 before anything about the job, so
+-- it learns neither the holder nor the attempt.
+
+create table pyjobq.job_type_grant (
+  job_type smallint not null,
+  privilege text not null,
+  role_oid oid not null,
+  constraint job_type_grant_pkey primary key (job_type, privilege, role_oid),
+  constraint job_type_grant_job_type_fkey foreign key (job_type) references pyjobq.job_type (job_type),
+  constraint job_type_grant_privilege_valid check (privilege in ('enqueue', 'work', 'observe'))
+);
+
+comment on table pyjobq.job_type_grant is
+  'Per-type privileges: a (job_type, privilege) with rows is held only by members of the roles named.';
+
+create function pyjobq._denied_types(p_privilege text)
+returns smallint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- PL/pgSQL, not SQL: its plans are kept for the session, where a SQL
+  -- function's body is planned again at every call (tens of microseconds on
+  -- every claim and completion). No grant of the privilege: nothing denied.
+  if not exists (select 1 from pyjobq.job_type_grant g where g.privilege = p_privilege)
+     or pg_has_role(session_user,
+                    (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                    'USAGE') then
+    return '{}';
+  end if;
+  return (select coalesce(array_agg(distinct g.job_type order by g.job_type), '{}')
+            from pyjobq.job_type_grant g
+           where g.privilege = p_privilege
+             and not exists (select 1
+                               from pyjobq.job_type_grant m
+                               join pg_catalog.pg_roles r on r.oid = m.role_oid
+                              where m.job_type = g.job_type
+                                and m.privilege = p_privilege
+                                and pg_has_role(session_user, m.role_oid, 'MEMBER')));
+end;
+$$;
+
+comment on function pyjobq._denied_types(text) is
+  'The job types whose p_privilege is granted to named roles, none of which the session''s role is a member of.';
+
+create function pyjobq._check_privilege(p_privilege text, p_job_types int[])
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_denied int;
+begin
+  -- The denied types are computed once for the whole set: a batch of jobs
+  -- costs one check, not one per job.
+  select min(u.code) into v_denied
+    from unnest(p_job_types) as u(code)
+   where u.code = any (pyjobq._denied_types(p_privilege));
+  if v_denied is not null then
+    raise exception 'permission denied to % jobs of type %', p_privilege, v_denied
+      using errcode = '42501',
+            detail = format('Job type %s grants %s to named roles only, and role %s is in none of them.',
+                            v_denied, p_privilege, session_user),
+            hint = 'An admin grants it with pyjobq.job_type_grant(job_type, role, privilege); '
+                   'pyjobq.job_type_grants() lists the grants.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_privilege(text, int[]) is
+  'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on one of the job '
+  'types p_job_types.';
+
+create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  insert into pyjobq.job_type_grant (job_type, privilege, role_oid)
+  values (p_job_type, p_privilege, v_role)
+  on conflict do nothing;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_grant(int, text, text) is
+  'Grants p_privilege (enqueue, work or observe) on the jobs of type p_job_type to the members of role p_role. '
+  'From the first grant of a privilege on a type, only the roles granted it hold it. Returns true when newly '
+  'granted, false when it was already.';
+
+create function pyjobq.job_type_revoke(p_job_type int, p_role text, p_privilege text)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_grant_privilege(p_privilege);
+  v_role := pyjobq._check_role(p_role);
+  delete from pyjobq.job_type_grant g
+   where g.job_type = p_job_type
+     and g.privilege = p_privilege
+     and g.role_oid = v_role;
+  return found;
+end;
+$$;
+
+comment on function pyjobq.job_type_revoke(int, text, text) is
+  'Revokes p_privilege on the jobs of type p_job_type from role p_role; once no role holds a grant of it, the '
+  'privilege is open to the group roles again. Returns true when a grant was removed.';
+
+create function pyjobq.job_type_grants()
+returns table (job_type int, job_type_name text, privilege text, role_name text)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select g.job_type::int, t.name::text, g.privilege, coalesce(r.rolname::text, g.role_oid::text)
+    from pyjobq.job_type_grant g
+    join pyjobq.job_type t on t.job_type = g.job_type
+    left join pg_catalog.pg_roles r on r.oid = g.role_oid
+   order by g.job_type, g.privilege, 4
+$$;
+
+comment on function pyjobq.job_type_grants() is
+  'The per-type grants: job type, privilege and role (its oid when the role was dropped).';
+
+create function pyjobq._check_grant_privilege(p_privilege text)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_privilege is null then
+    raise exception 'p_privilege must not be null'
+      using errcode = '22004',
+            hint = 'Pass enqueue, work or observe.';
+  end if;
+  if p_privilege not in ('enqueue', 'work', 'observe') then
+    raise exception 'p_privilege must be enqueue, work or observe'
+      using errcode = '22023',
+            detail = format('p_privilege was %s.', p_privilege),
+            hint = 'enqueue: job_enqueue*; work: job_claim and what a holder does; observe: job_get, job_counts.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_grant_privilege(text) is
+  'Raises 22004 or 22023 unless p_privilege is enqueue, work or observe.';
+
+create function pyjobq._check_role(p_role text)
+returns oid
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_role oid;
+begin
+  perform pyjobq._check_text('p_role', p_role, 63, false);
+  select r.oid into v_role from pg_catalog.pg_roles r where r.rolname = p_role;
+  if not found then
+    raise exception 'p_role % is not a role', p_role
+      using errcode = '22023',
+            hint = 'Pass the exact name of an existing role: names are case-sensitive and never quoted here.';
+  end if;
+  return v_role;
+end;
+$$;
+
+comment on function pyjobq._check_role(text) is
+  'Returns the oid of the role named exactly p_role; raises 22004/22023 for no name or an unknown one.';

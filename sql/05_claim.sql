@@ -1,0 +1,317 @@
+-- Claim -----------------------------------------------------------------------
+--
+-- Claim fronts.
+--
+-- Each claimed job leaves an index entry behind that a snapshot older than the
+-- claim can still see (an idle transaction, a long report), and while such a
+-- snapshot lives, no scan and no vacuum may drop it: every claim from the head
+-- of job_claim_idx would walk past all jobs claimed since, and a drain would
+-- turn quadratic. So a session remembers where its last claim ended, its
+-- front: (priority, run_after, seq) of the last job taken. Every due job
+-- before that point was claimed, or locked by a claimer, when it was taken.
+-- New jobs sort after it (seq grows, run_after >= now), except jobs of a more
+-- urgent priority, which job_claim looks for separately, and jobs that a
+-- change puts back before it (release, a past run_after, redrive, a retry due
+-- at once): those call _claim_fronts_void(), which voids every front of every
+-- session. When the part after the front cannot fill the batch, the scan from
+-- the head fills it, so an emptying queue is answered exactly as without one.
+--
+-- Correctness rests on the head scan and the lifetime, not on the epoch, which
+-- is only an optimisation: a job can still be left behind a front (an enqueue
+-- that commits after claims passed its position, a claim that rolled back, a
+-- release committing after a claimer read the epoch). So a front lives one
+-- second from the head scan that started it; claims that resume from it do
+-- not extend its life. The next claim after that second scans from the head,
+-- so no due, unlocked job is passed over for much more than a second by any
+-- session that keeps claiming, whatever the backlog.
+--
+-- The front is a session setting (pyjobq.claim_front), so a session may write
+-- anything there: what cannot be read as a front is no front. Behind a
+-- transaction-mode pooler a session serves many clients in turn, and a front
+-- then belongs to whichever claimed last through it: it is still only a
+-- starting point bounded to a second. pyjobq.claim_front_off = on turns fronts
+-- off for the session; every claim is then the plain scan from the head.
+
+create type pyjobq.claim_front as (
+  epoch bigint,          -- pyjobq.job_claim_epoch when written: a later value voids it
+  started_us bigint,     -- when the head scan that started it ran (microseconds since 1970)
+  job_types text,        -- the set of job types claimed: a front serves that set only
+  written_us bigint,     -- when the claim that wrote it ran: a clock read earlier voids it
+  priority smallint,     -- the position of the last job taken
+  run_after timestamptz,
+  seq bigint
+);
+
+comment on type pyjobq.claim_front is
+  'Where a session''s last claim ended, and whether that still holds; see the section "Claim fronts".';
+
+create function pyjobq._claim_fronts_void()
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform nextval('pyjobq.job_claim_epoch');  -- never rolled back, no row lock
+end;
+$$;
+
+comment on function pyjobq._claim_fronts_void() is
+  'Voids the claim front of every session: called by each change that can make a job PENDING before one.';
+
+create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Numbers only (run_after as microseconds): the text reads back the same
+  -- whatever DateStyle or TimeZone the session sets meanwhile.
+  perform set_config('pyjobq.claim_front',
+                     concat_ws('/', p_front.epoch, p_front.started_us, p_front.job_types, p_front.written_us,
+                               p_front.priority, (extract(epoch from p_front.run_after) * 1000000)::bigint,
+                               p_front.seq),
+                     false);
+end;
+$$;
+
+comment on function pyjobq._claim_front_write(pyjobq.claim_front) is
+  'Keeps p_front as this session''s claim front.';
+
+create function pyjobq._claim_front_read(p_job_types text, p_now_us bigint)
+returns pyjobq.claim_front
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  c_lifetime_us constant bigint := 1000000;  -- one second from the head scan that started it
+  v_text text := current_setting('pyjobq.claim_front', true);
+  v_part text[] := string_to_array(v_text, '/');
+  v_epoch bigint;
+  v_run_after_us bigint;
+begin
+  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
+  if coalesce(v_text, '') = '' then
+    return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+  end if;
+  if cardinality(v_part) = 7
+     and v_part[1] = v_epoch::text
+     and v_part[3] = p_job_types
+     and v_part[2] ~ '^\d{1,18}$' and v_part[4] ~ '^\d{1,18}$' and v_part[7] ~ '^\d{1,18}$'
+     and v_part[5] ~ '^\d{1,5}$' and v_part[6] ~ '^-?\d{1,18}$'
+     and p_now_us < v_part[2]::bigint + c_lifetime_us
+     and p_now_us >= v_part[2]::bigint
+     -- a clock set back (a frozen test clock reset, an NTP step) would let new
+     -- jobs sort before the front
+     and p_now_us >= v_part[4]::bigint
+     and v_part[5]::int <= 32767
+     and current_setting('pyjobq.claim_front_off', true) is distinct from 'on' then
+    v_run_after_us := v_part[6]::bigint;
+    return row(v_epoch, v_part[2]::bigint, p_job_types, v_part[4]::bigint, v_part[5]::smallint,
+               'epoch'::timestamptz + make_interval(secs => v_run_after_us / 1000000)
+                 + (v_run_after_us % 1000000) * interval '1 microsecond',
+               v_part[7]::bigint)::pyjobq.claim_front;
+  end if;
+  perform set_config('pyjobq.claim_front', '', false);  -- void for good, even if nothing is claimed
+  return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
+end;
+$$;
+
+comment on function pyjobq._claim_front_read(text, bigint) is
+  'This session''s claim front if it still holds for the current epoch, job types p_job_types and the time '
+  'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
+  'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
+
+create function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz
+)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
+-- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
+-- sorts off the table leaves the ordered scan of job_claim_idx, which stops
+-- after p_limit rows, whatever the statistics say. The penalty that disabling
+-- adds to a plan's cost would otherwise also trigger JIT compilation on
+-- every call (hundreds of milliseconds), so JIT is off here too.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+  v_denied smallint[];
+  v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
+  v_front pyjobq.claim_front;
+  v_bounded boolean;
+  -- Without a front these match nothing yet keep every scan an index scan.
+  v_priority smallint := -1;
+  v_run_after timestamptz := '-infinity';
+  v_seq bigint := 0;
+  v_row record;
+  v_head_last record;
+  v_last record;
+  v_claimed int := 0;
+  v_from_head int := 0;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
+  elsif exists (select 1
+                  from unnest(p_job_types) as u(code)
+                 where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null to claim every registered type.';
+  else
+    v_types := p_job_types::smallint[];
+  end if;
+  -- Types whose work privilege names roles the caller is not in: left out of
+  -- "every type", refused when asked for by code.
+  v_denied := pyjobq._denied_types('work');
+  if cardinality(v_denied) > 0 then
+    if p_job_types is null then
+      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
+    else
+      perform pyjobq._check_privilege('work', v_types::int[]);
+    end if;
+  end if;
+
+  -- Resume after this session's claim front, if it still holds (see "Claim
+  -- fronts" above); the scan from the head comes after, and alone without one.
+  v_front := pyjobq._claim_front_read(v_types::text, v_now_us);
+  v_bounded := v_front.seq is not null;
+  if v_bounded then
+    v_priority := v_front.priority;
+    v_run_after := v_front.run_after;
+    v_seq := v_front.seq;
+  end if;
+
+  -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
+  -- (a plain subquery may be re-run by a nested loop and lock more), and SKIP
+  -- LOCKED lets concurrent claimers take the next rows instead of waiting.
+  -- The urgent jobs ahead of the front come first, then the jobs after it,
+  -- then the scan from the head. Without a front, "ahead" and "after" have
+  -- limit 0 and read nothing.
+  for v_row in
+  with ahead as materialized (
+    select c.job_id, 1 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.priority < v_priority
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  after as materialized (
+    select c.job_id, 2 as part
+      from pyjobq.job c
+     where c.status = 1
+       and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then v_limit else 0 end
+       for update skip locked
+  ),
+  head as materialized (
+    select c.job_id, 3 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.run_after <= v_now
+       and c.job_type = any (v_types)
+       and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
+     order by c.priority, c.run_after, c.seq
+     limit v_limit
+       for update skip locked
+  ),
+  -- CTEs run as far as they are read: once v_limit jobs are picked, the
+  -- scans not yet reached never start and lock nothing.
+  picked as (
+    (select a.job_id, a.part from ahead a
+     union all
+     select f.job_id, f.part from after f
+     union all
+     select h.job_id, h.part from head h)
+    limit v_limit
+  ),
+  claimed as (
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_until = v_now + make_interval(secs => v_lease),
+           run_started_at = v_now,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.seq, p.part
+  )
+  select c.*
+    from claimed c
+   order by c.priority, c.run_after, c.seq
+  loop
+    job_id := v_row.job_id;
+    job_type := v_row.job_type;
+    priority := v_row.priority;
+    payload := v_row.payload;
+    attempt := v_row.attempts;
+    max_attempts := v_row.max_attempts;
+    dedupe_key := v_row.dedupe_key;
+    run_after := v_row.run_after;
+    lease_until := v_row.lease_until;
+    created_at := v_row.created_at;
+    return next;
+    v_claimed := v_claimed + 1;
+    v_last := v_row;
+    if v_row.part = 3 then
+      v_from_head := v_from_head + 1;
+      v_head_last := v_row;
+    end if;
+  end loop;
+  -- The new front: the last job taken, or, when the head scan took any, the
+  -- last of those (due jobs may remain between it and the old front). A head
+  -- scan starts a new second of life; resuming keeps the old front's.
+  if v_from_head > 0 then
+    v_last := v_head_last;
+  end if;
+  if v_claimed > 0 then
+    perform pyjobq._claim_front_write(row(
+      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, v_types::text,
+      v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_claim(text, int, int, int[]) is
+  'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
+  'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
+  'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
+  'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
+  'An empty result means nothing is due.';

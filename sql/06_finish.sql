@@ -1,0 +1,441 @@
+-- Finish ----------------------------------------------------------------------
+
+create function pyjobq.job_complete(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_result jsonb default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  update pyjobq.job j
+     set status = 3,
+         result = p_result,
+         lease_until = null,
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
+     and j.attempts = p_attempt;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_complete(uuid, text, int, jsonb) is
+  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING); '
+  'otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 job_already_finished and changes nothing.';
+
+create function pyjobq.job_complete_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_results jsonb[] default null
+)
+returns table (job_id uuid, completed boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- One statement for the batch, its plan pinned: input rows on the outside, each
+-- job found by its primary key (the only index the update's predicate allows),
+-- whatever the statistics say. The penalties of the disabled methods would
+-- otherwise tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_results := pyjobq._check_array('p_results', p_results);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  if p_results is not null then  -- null: no results; else one, possibly null, per job
+    perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
+  end if;
+
+  return query
+  with input as (
+    select u.id, u.attempt, u.result, u.ord
+      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+  ), first_mention as (
+    -- A job listed twice is completed once, with the result of its first mention.
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+      from input i
+     order by i.id, i.attempt, i.ord
+  ), done as (
+    update pyjobq.job j
+       set status = 3,
+           result = f.result,
+           lease_until = null,
+           updated_at = v_now
+      from first_mention f
+     where j.job_id = f.id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts
+  )
+  -- A job this very attempt completed before (a retried call whose first reply
+  -- was lost) counts as completed: the result stored then stays.
+  select i.id,
+         case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
+              else exists (select from pyjobq.job k
+                            where k.job_id = i.id
+                              and k.job_type <> all (v_denied)
+                              and k.status = 3
+                              and k.worker_id = p_worker_id
+                              and k.attempts = i.attempt)
+         end
+    from input i
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
+  'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
+  'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
+
+create function pyjobq.job_fail(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_error text default null,
+  p_retry_delay_seconds double precision default null,
+  p_dead_letter boolean default null
+)
+returns table (status int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+  v_dead_letter boolean := coalesce(p_dead_letter, false);
+  v_delay interval;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  if p_retry_delay_seconds is not null then
+    if not (p_retry_delay_seconds between 0 and 31536000) then
+      raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
+        using errcode = '22023',
+              detail = format('p_retry_delay_seconds was %s.', p_retry_delay_seconds),
+              hint = 'Leave it out for the default exponential backoff.';
+    end if;
+    v_delay := make_interval(secs => p_retry_delay_seconds);
+  end if;
+
+  update pyjobq.job j
+     set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
+         run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
+                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts - j.attempts_refunded)) end,
+         worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
+         lease_until = null,
+         last_error = left(p_error, 10000),
+         updated_at = v_now
+   where j.job_id = p_job_id
+     and j.status = 2
+     and j.worker_id = p_worker_id
+     and j.job_type <> all (v_denied)
+     and j.attempts = p_attempt
+  returning j.status::int, j.run_after into status, run_after;
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  if p_retry_delay_seconds = 0 and status = 1 then
+    perform pyjobq._claim_fronts_void();  -- due at once: may sort before a claim front
+  end if;
+  return next;
+end;
+$$;
+
+comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean) is
+  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
+  'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
+  '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
+  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
+
+-- Leases ----------------------------------------------------------------------
+
+create function pyjobq.job_renew_lease_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_seconds int default null
+)
+returns table (job_id uuid, renewed boolean, lease_until timestamptz, cancelled boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- Each job found by its primary key whatever the statistics say, as in
+-- job_complete_many.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  return query
+  with input as (
+    select u.id, u.attempt, u.ord
+      from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+  ), renewed as (
+    update pyjobq.job j
+       set lease_until = v_now + make_interval(secs => v_lease),
+           updated_at = v_now
+      from (select distinct i.id, i.attempt from input i) f
+     where j.job_id = f.id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
+       and j.attempts = f.attempt
+    returning j.job_id, j.attempts, j.lease_until
+  )
+  select i.id, r.job_id is not null, r.lease_until,
+         -- cancelled while this holder had it: stop the handler
+         r.job_id is null and exists (select from pyjobq.job k
+                                       where k.job_id = i.id
+                                         and k.status = 5
+                                         and k.worker_id = p_worker_id
+                                         and k.attempts = i.attempt)
+    from input i
+    left join renewed r on r.job_id = i.id and r.attempts = i.attempt
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
+  'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
+  'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
+  'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
+  'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
+  'was not yet reaped still holds the job.';
+
+create function pyjobq.job_renew_lease(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_seconds int default null
+)
+returns timestamptz
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_lease_until timestamptz;
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  select r.lease_until
+    into v_lease_until
+    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+  -- Not renewed: why, including JQ005 when the job was cancelled.
+  if v_lease_until is null then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  return v_lease_until;
+end;
+$$;
+
+comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
+  'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
+  'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'A holder whose lease expired but was not yet reaped still holds the job.';
+
+create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+returns table (job_id uuid, released boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_any boolean := false;
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+
+  for job_id, released in
+    with input as (
+      select u.id, u.attempt, u.ord
+        from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+    ), given_back as (
+      update pyjobq.job j
+         -- The try is given back; the claim counter, the fencing token, is not.
+         -- A job whose counter is spent can never be claimed again: DEAD.
+         set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                           then 4 else 1 end,
+             attempts_refunded = j.attempts_refunded + 1,
+             worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                              then j.worker_id end,
+             last_error = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                               then 'released with its claim counter spent (32767 claims)' else j.last_error end,
+             lease_until = null,
+             updated_at = v_now
+        from (select distinct i.id, i.attempt from input i) f
+       where j.job_id = f.id
+         and j.status = 2
+         and j.worker_id = p_worker_id
+         and j.job_type <> all (v_denied)
+         and j.attempts = f.attempt
+      returning j.job_id, j.attempts as attempt
+    )
+    select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
+      from input i
+     order by i.ord
+  loop
+    v_any := v_any or released;
+    return next;
+  end loop;
+  if v_any then
+    perform pyjobq._claim_fronts_void();  -- back at their old places, before claim fronts
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release_many(text, uuid[], int[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
+  'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
+  'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
+  'unchanged).';
+
+create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  if not (select r.released
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt]) r) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release(uuid, text, int) is
+  'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
+  'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
+  'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
+
+create function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The expiry test is repeated in the UPDATE: a row that a completer or a
+  -- renewer changed after this statement's snapshot is re-checked on its
+  -- newest version, so a reaper never overwrites a finished or renewed job.
+  return query
+  with picked as materialized (
+    select r.job_id, r.worker_id, r.attempts
+      from pyjobq.job r
+     where r.status = 2
+       and r.lease_until < v_now
+     order by r.lease_until
+     limit v_limit
+       for update skip locked
+  ),
+  reaped as (
+    update pyjobq.job j
+       set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                         then 4 else 1 end,
+           run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+                            then j.run_after
+                            else v_now + pyjobq.retry_backoff(j.attempts - j.attempts_refunded) end,
+           -- Cleared even for DEAD: the worker that lost the lease gets JQ001
+           -- (lease_lost), never JQ003, which means "your attempt finished it".
+           worker_id = null,
+           last_error = format('lease expired: worker %s did not finish attempt %s',
+                               j.worker_id, j.attempts),
+           lease_until = null,
+           updated_at = v_now
+      from picked p
+     where j.job_id = p.job_id
+       and j.status = 2
+       and j.lease_until < v_now
+    returning j.job_id, j.job_type, j.status, j.run_after
+  )
+  select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
+    from reaped r
+    join picked p on p.job_id = r.job_id;
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it.';

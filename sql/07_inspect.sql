@@ -1,0 +1,432 @@
+-- Inspection ------------------------------------------------------------------
+--
+-- What a person or a program asks of the queue: counts per type and status,
+-- one job, pages of jobs; and what a producer does to its own jobs after
+-- the enqueue: cancel them, or wait for their end.
+
+create function pyjobq.job_counts()
+returns table (
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  jobs bigint,
+  oldest_due_seconds double precision,
+  expired_leases bigint,
+  exact boolean
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
+-- statistics say, so the cost follows the jobs in those states, never the
+-- DONE history.
+set enable_seqscan = off
+set jit = off
+as $$
+  -- (select pyjobq.clock_now()): read once, not once per row.
+  with exact_counts as (
+    select j.job_type, 1 as status, count(*) as jobs,
+           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
+           null::bigint as expired_leases
+      from pyjobq.job j
+     where j.status = 1
+     group by j.job_type
+    union all
+    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
+      from pyjobq.job j
+     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, j.status, count(*), null, null
+      from pyjobq.job j
+     where j.status in (4, 5)
+     group by j.job_type, j.status
+  ), size as (
+    -- The rows the planner would assume now: rows per page at the last
+    -- ANALYZE times the pages now (null before the first ANALYZE).
+    select pg_relation_size(c.oid) <= 1048576 as small,
+           case when c.reltuples >= 0 and c.relpages > 0
+                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+           end as rows
+      from pg_class c
+     where c.oid = 'pyjobq.job'::regclass
+  ), done_counted as (
+    -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
+    select j.job_type, count(*) as jobs
+      from pyjobq.job j
+     where j.status = 3
+       and (select z.small from size z)
+     group by j.job_type
+  ), stats as (
+    select s.most_common_vals as vals, s.most_common_freqs as freqs
+      from pg_stats_ext s
+     where s.statistics_schemaname = 'pyjobq'
+       and s.statistics_name = 'job_type_status_stats'
+       and s.most_common_freqs is not null
+  ), done_estimated as (
+    -- Larger: each type's share of DONE rows in the sample of the last
+    -- ANALYZE, times the rows now. A type missing from the sample has ~0.
+    select s.vals[i][1]::int as job_type, round(s.freqs[i] * z.rows)::bigint as jobs
+      from stats s
+     cross join size z
+     cross join lateral generate_subscripts(s.freqs, 1) as i
+     where not z.small
+       and s.vals[i][2] = '3'
+  )
+  select t.job_type::int,
+         t.name::text,
+         s.status,
+         s.status_name,
+         case when s.status <> 3 then coalesce(c.jobs, 0)
+              when z.small then coalesce(dc.jobs, 0)
+              when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
+         end,
+         case when s.status = 1 then
+           coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
+         end,
+         case when s.status = 2 then coalesce(c.expired_leases, 0) end,
+         s.status <> 3 or z.small
+    from pyjobq.job_type t
+   cross join (select g.status, pyjobq._status_name(g.status) as status_name
+                 from generate_series(1, 5) as g(status)) as s
+   cross join size z
+    left join exact_counts c on c.job_type = t.job_type and c.status = s.status
+    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
+    left join done_estimated de on de.job_type = t.job_type and s.status = 3
+   where t.job_type <> all ((select pyjobq._denied_types('observe'))::smallint[])  -- evaluated once
+   order by t.job_type, s.status
+$$;
+
+comment on function pyjobq.job_counts() is
+  'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
+  'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
+  'PENDING, RUNNING, DEAD and CANCELLED are exact and read through indexes. DONE is exact while the table is at '
+  'most 1 MiB; '
+  'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
+
+create function pyjobq.job_get(p_job_id uuid)
+returns table (
+  job_id uuid,
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  priority int,
+  attempts int,
+  max_attempts int,
+  payload jsonb,
+  result jsonb,
+  last_error text,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  worker_id text,
+  run_started_at timestamptz,
+  finished_at timestamptz,
+  created_at timestamptz,
+  updated_at timestamptz
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  -- No job is an empty result, not an error: a pruned job is simply gone.
+  return query
+  select j.job_id, j.job_type::int, t.name::text, j.status::int,
+         pyjobq._status_name(j.status),
+         j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
+         j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
+    from pyjobq.job j
+    join pyjobq.job_type t on t.job_type = j.job_type
+   where j.job_id = p_job_id;
+end;
+$$;
+
+comment on function pyjobq.job_get(uuid) is
+  'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
+  'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED). No row when there is no such job (never enqueued, '
+  'or pruned).';
+
+-- The smallest id _new_job_ids gives a job created at p_at: ids are
+-- time-ordered, so a creation range is an id range of job_pkey.
+create function pyjobq._job_id_floor(p_at timestamptz)
+returns uuid
+language plpgsql
+immutable
+strict
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (lpad(to_hex(greatest(floor(extract(epoch from p_at) * 1000), 0)::bigint & 281474976710655), 12, '0')
+          || '00000000000000000000')::uuid;
+end;
+$$;
+
+comment on function pyjobq._job_id_floor(timestamptz) is
+  'The smallest job id that _new_job_ids gives a job created at p_at (to the millisecond, not before 1970).';
+
+create function pyjobq.job_list(
+  p_job_type int default null,
+  p_status int default null,
+  p_dedupe_key text default null,
+  p_created_after timestamptz default null,
+  p_created_before timestamptz default null,
+  p_oldest_first boolean default null,
+  p_after uuid default null,
+  p_limit int default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  priority int,
+  attempts int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  worker_id text,
+  last_error text,
+  created_at timestamptz,
+  updated_at timestamptz
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- Index scans only, whatever the statistics: a bitmap scan of job_pkey's
+-- range would read every page of the history to sort it.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+  v_limit int := coalesce(p_limit, 100);
+  v_oldest boolean := coalesce(p_oldest_first, false);
+  v_from uuid;
+  v_to uuid;
+  v_denied smallint[] := pyjobq._denied_types('observe');
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  if p_status is not null then
+    perform pyjobq._check_range('p_status', p_status, 1, 5);
+  end if;
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
+  perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
+  v_from := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
+  v_to := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+  -- Keyset pagination: the next page continues after the last id of this one.
+  if p_after is not null and v_oldest then
+    v_from := greatest(v_from, p_after);
+  elsif p_after is not null then
+    v_to := least(v_to, p_after);
+  end if;
+
+  -- One of three ways runs, chosen by the arguments (the others are cut off
+  -- before they read a row): the statuses with few jobs (PENDING, RUNNING,
+  -- DEAD, CANCELLED: the queue's work, not its history) through their partial
+  -- indexes, then sorted; DONE or any status along job_pkey in order, up to
+  -- the limit. No way reads the whole history for one page.
+  return query
+  with matching as not materialized (
+    select j.job_id, j.status, j.lease_until
+      from pyjobq.job j
+     where (p_job_type is null or j.job_type = p_job_type)
+       and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
+       and j.job_type <> all (v_denied)
+  ), few as materialized (
+    -- Every job of the status, through its partial index, before any limit or
+    -- id range could tempt the planner into walking job_pkey instead (as it
+    -- would on a table never analyzed, where rows look common).
+    select m.job_id from matching m where p_status = 1 and m.status = 1
+    union all
+    select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    union all
+    select m.job_id from matching m
+     where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+  ), ranged as not materialized (
+    select m.job_id, m.status
+      from matching m
+     where m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
+  ), page as (
+    (select f.job_id
+       from few f
+      where f.job_id >= v_from and f.job_id < v_to and f.job_id is distinct from p_after
+      order by case when v_oldest then f.job_id end, case when not v_oldest then f.job_id end desc
+      limit v_limit)
+    union all
+    (select r.job_id
+       from ranged r
+      where coalesce(p_status, 3) = 3 and v_oldest and r.status = coalesce(p_status, r.status)
+      order by r.job_id
+      limit v_limit)
+    union all
+    (select r.job_id
+       from ranged r
+      where coalesce(p_status, 3) = 3 and not v_oldest and r.status = coalesce(p_status, r.status)
+      order by r.job_id desc
+      limit v_limit)
+  )
+  select j.job_id, j.job_type::int, t.name::text, j.status::int,
+         pyjobq._status_name(j.status),
+         j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
+         j.worker_id::text, j.last_error, j.created_at, j.updated_at
+    from page p
+    join pyjobq.job j on j.job_id = p.job_id
+    join pyjobq.job_type t on t.job_type = j.job_type
+   order by case when v_oldest then j.job_id end, case when not v_oldest then j.job_id end desc;
+end;
+$$;
+
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) is
+  'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
+  'type, status (1..5), dedupe key and creation time [p_created_after, p_created_before). Keyset pages: pass the '
+  'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
+  'the caller may observe.';
+
+create function pyjobq.job_cancel(p_job_ids uuid[])
+returns table (job_id uuid, outcome text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  -- Cancelling is the producers' side of a type: its enqueue privilege.
+  perform pyjobq._check_privilege('enqueue', array(select distinct j.job_type::int
+                                                      from pyjobq.job j
+                                                     where j.job_id = any (p_job_ids)));
+  -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
+  -- its worker id on the row but holds nothing any more, so its every later
+  -- call is refused (JQ005), and job_renew_lease_many tells it at the next
+  -- heartbeat (cancelled = true) to stop the handler. Rows are locked in id
+  -- order, so two cancels of overlapping sets cannot deadlock.
+  return query
+  with input as (
+    select u.id, u.ord
+      from unnest(p_job_ids) with ordinality as u(id, ord)
+  ), locked as materialized (
+    select k.job_id, k.status
+      from pyjobq.job k
+     where k.job_id in (select i.id from input i)
+     order by k.job_id
+       for update
+  ), cancelled as (
+    update pyjobq.job j
+       set status = 5,
+           lease_until = null,
+           last_error = coalesce(j.last_error, 'cancelled'),
+           updated_at = v_now
+      from locked l
+     where j.job_id = l.job_id
+       and l.status in (1, 2)
+    returning j.job_id
+  )
+  select i.id,
+         case when l.job_id is null then 'not_found'
+              when l.status = 1 then 'cancelled'
+              when l.status = 2 then 'cancelled_running'
+              else 'finished'
+         end
+    from input i
+    left join locked l on l.job_id = i.id
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_cancel(uuid[]) is
+  'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
+  'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
+  'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
+  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
+
+-- Waiting for an outcome. A producer that wants to know when a job ends calls
+-- job_watch, LISTENs on pyjobq_done, and reads the job again when its id
+-- arrives. Only watched jobs are announced: the trigger's WHEN is checked as
+-- the row is updated, and for every other job it is all the trigger costs.
+create function pyjobq._notify_done()
+returns trigger
+language plpgsql
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pg_notify('pyjobq_done', new.job_id::text);
+  return null;
+end;
+$$;
+
+comment on function pyjobq._notify_done() is
+  'Trigger of job_done_notify: announces on pyjobq_done the id of a watched job that just ended.';
+
+create trigger job_done_notify
+  after update of status on pyjobq.job
+  for each row
+  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2))
+  execute function pyjobq._notify_done();
+
+create function pyjobq.job_watch(p_job_ids uuid[])
+returns table (job_id uuid, status int, status_name text)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+set enable_seqscan = off
+set jit = off
+as $$
+declare
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_privilege('observe', array(select distinct j.job_type::int
+                                                      from pyjobq.job j
+                                                     where j.job_id = any (p_job_ids)));
+  update pyjobq.job j
+     set notify_done = true
+   where j.job_id = any (p_job_ids)
+     and j.status in (1, 2)
+     and not j.notify_done;
+  -- The status after the update: a job that already ended is not announced,
+  -- so the caller reads it from here.
+  return query
+  select u.id, j.status::int,
+         pyjobq._status_name(j.status)
+    from unnest(p_job_ids) with ordinality as u(id, ord)
+    left join pyjobq.job j on j.job_id = u.id
+   order by u.ord;
+end;
+$$;
+
+comment on function pyjobq.job_watch(uuid[]) is
+  'Asks for the end (DONE, DEAD or CANCELLED) of up to 10000 jobs to be announced: NOTIFY pyjobq_done with the '
+  'job id, on the commit that ends it. LISTEN pyjobq_done before calling it. Returns each input id in input order '
+  'with its status now (null when there is no such job): a job that already ended is not announced.';

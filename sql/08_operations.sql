@@ -1,0 +1,163 @@
+-- Operations ------------------------------------------------------------------
+
+-- DEAD and CANCELLED jobs among p_ids back to PENDING, due at p_now, with a fresh budget
+-- of max_attempts tries (attempts, the fencing token, goes on); returns the
+-- ids moved. A job that has used up its claim counter stays DEAD. A job whose dedupe key an active job holds, or an older one of
+-- p_ids takes, stays DEAD (keys are unique among active jobs only). A key an
+-- uncommitted enqueue takes meanwhile still raises unique_violation.
+create function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  with free as (
+    select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
+      from pyjobq.job d
+     where d.job_id = any (p_ids)
+       and d.status in (4, 5)
+       and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
+       and (d.dedupe_key is null
+            or not exists (select 1
+                             from pyjobq.job a
+                            where a.dedupe_key = d.dedupe_key
+                              and a.status in (1, 2)))
+     order by coalesce(d.dedupe_key, d.job_id::text), d.updated_at
+  ),
+  moved as (
+    update pyjobq.job j
+       set status = 1,
+           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
+           run_after = p_now,
+           worker_id = null,
+           result = null,
+           updated_at = p_now
+      from free f
+     where j.job_id = f.job_id
+       and j.status in (4, 5)
+    returning j.job_id
+  )
+  select coalesce(array_agg(m.job_id), '{}') from moved m
+$$;
+
+comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
+  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
+  'returns their ids.';
+
+create function pyjobq.job_redrive(
+  p_job_ids uuid[] default null,
+  p_job_type int default null,
+  p_limit int default null
+)
+returns table (job_id uuid)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_id uuid;
+  v_picked uuid[];
+  v_ids uuid[];
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  if p_job_ids is not null and cardinality(p_job_ids) > 100000 then
+    raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
+      using errcode = '22023';
+  end if;
+  -- The batch is locked once, then moved in one statement. Only when a
+  -- concurrent enqueue takes a key between this snapshot and the update (a
+  -- unique violation) is it moved a row at a time, each row in a
+  -- subtransaction of its own; a subtransaction per row on every call would
+  -- overflow the subtransaction cache past 64 rows.
+  -- Only jobs that can move count against the limit: a backlog of jobs whose
+  -- key an active job holds must not stop every later call from reaching the rest.
+  select coalesce(array_agg(d.job_id order by d.updated_at), '{}')
+    into v_picked
+    from (select p.job_id, p.updated_at
+            from pyjobq.job p
+           where p.status in (4, 5)
+             and (p_job_ids is null or p.job_id = any (p_job_ids))
+             and (p_job_type is null or p.job_type = p_job_type)
+             and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
+             and (p.dedupe_key is null
+                  or not exists (select 1
+                                   from pyjobq.job a
+                                  where a.dedupe_key = p.dedupe_key
+                                    and a.status in (1, 2)))
+           order by p.updated_at
+           limit v_limit
+             for update skip locked) d;
+  begin
+    v_ids := pyjobq._redrive_rows(v_picked, v_now);
+  exception when unique_violation then
+    v_ids := '{}';
+    foreach v_id in array v_picked loop
+      begin
+        v_ids := v_ids || pyjobq._redrive_rows(array[v_id], v_now);
+      exception when unique_violation then
+        null;
+      end;
+    end loop;
+  end;
+  return query select u.id from unnest(v_ids) as u(id);
+  if cardinality(v_ids) > 0 then
+    perform pyjobq._claim_fronts_void();  -- due now, with its old seq: may sort before a front
+    perform pg_notify('pyjobq_job', '');
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_redrive(uuid[], int, int) is
+  'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
+  '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
+  'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
+
+create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 10000);
+  v_deleted bigint;
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
+    raise exception 'p_older_than must be an interval between 0 and 100 years'
+      using errcode = case when p_older_than is null then '22004' else '22023' end,
+            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
+            hint = 'e.g. ''7 days''.';
+  end if;
+  with doomed as (
+    select d.job_id
+      from pyjobq.job d
+     where d.status in (3, 4, 5)
+       and d.updated_at < v_now - p_older_than
+     limit v_limit
+       for update skip locked
+  )
+  delete from pyjobq.job j
+   using doomed d
+   where j.job_id = d.job_id;
+  get diagnostics v_deleted = row_count;
+  return v_deleted;
+end;
+$$;
+
+comment on function pyjobq.job_prune(interval, int) is
+  'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
+  'p_older_than '
+  '(0 to 100 years) ago, '
+  'and returns how many it deleted; call it again until it returns less than p_limit.';

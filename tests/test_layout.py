@@ -1,0 +1,53 @@
+"""The tree keeps its shape: the installable SQL is its chapters, and no room outgrows itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Files written by a script from others: their size is that of their sources.
+GENERATED = {ROOT / "sql" / "pyjobq.sql", ROOT / "pyjobq" / "queue.py"}
+MAX_LINES = 600
+
+
+def test_the_installable_sql_is_its_chapters() -> None:
+    script = ROOT / "scripts" / "build_sql.py"
+    checked = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_a_stale_installable_sql_is_caught(tmp_path: Path) -> None:
+    """The check above can fail: a chapter changed without a rebuild is reported."""
+    copy = tmp_path / "tree"
+    for room in ("scripts", "sql"):
+        shutil.copytree(ROOT / room, copy / room)
+    with (copy / "sql" / "09_roles.sql").open("a") as chapter:
+        chapter.write("-- a change nobody rebuilt\n")
+    checked = subprocess.run(
+        [sys.executable, str(copy / "scripts" / "build_sql.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 1
+    assert "stale" in checked.stderr
+
+
+@pytest.mark.parametrize("room", ["sql"])
+def test_no_file_outgrows_its_room(room: str) -> None:
+    big = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / room).rglob("*"))
+        if path.suffix in (".py", ".sql")
+        and path not in GENERATED
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not big, f"over {MAX_LINES} lines: split by concern"

@@ -11,11 +11,19 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
+
+# Hypothesis keeps no example database. Its default, .hypothesis/ in the working directory, made
+# an example saved by one run replay in every later run of the checkout, against whatever the
+# code had become. Each run explores afresh; a failure prints the blob that replays it exactly
+# (@reproduce_failure), and shrinking happens within the run.
+settings.register_profile("pyjobq", database=None, print_blob=True)
+settings.load_profile("pyjobq")
 
 # Durability is worthless for a server that is deleted after the run.
 SERVER_SETTINGS = {

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -32,12 +32,15 @@ from pyjobq.migrate import migrate
 from pyjobq.params import Payload
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, JobType
-from pyjobq.worker import DeadLetter, Retry
+from pyjobq.worker import DeadLetter, Retry, WorkerConfig
 
 DSN_ENV = "PYJOBQ_DEMO_DSN"
 APP_NAME = "pyjobq-demo-worker"
 BATCH = 500
-LEASE_SECONDS = 2
+# Each worker process: short leases and a quick reaper, so the killed worker's jobs come back
+# within seconds, and a short drain at the end.
+WORKER_CONFIG = WorkerConfig(lease_seconds=2, reap_interval=1, poll_interval=1, shutdown_timeout=10)
+LEASE_SECONDS = WORKER_CONFIG.lease_seconds
 
 SCHEMA = """
 drop schema if exists demo cascade;
@@ -198,11 +201,11 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
         f"{orders} orders -> {2 * orders} jobs (SEARCH sync handler, OUTBOX async handler), "
         f"{workers} worker processes x {concurrency}, leases {LEASE_SECONDS}s"
     )
+    config = replace(WORKER_CONFIG, concurrency=concurrency)
     for n in range(workers):
         command = [
             sys.executable, "-m", "pyjobq", "worker", "pyjobq.demo:HANDLERS",
-            "--dsn", dsn, "--concurrency", str(concurrency), "--lease", str(LEASE_SECONDS),
-            "--reap-interval", "1", "--poll-interval", "1", "--shutdown-timeout", "10",
+            "--dsn", dsn, *config.command_line(),
             "--metrics-file", str(work_dir / f"metrics-{n}.json"), "--log-level", "WARNING",
         ]  # fmt: skip
         # Each process's sessions carry its own application_name, so that the demo can tell when

@@ -41,7 +41,7 @@ def test_a_stale_installable_sql_is_caught(tmp_path: Path) -> None:
     assert "stale" in checked.stderr
 
 
-@pytest.mark.parametrize("room", ["sql"])
+@pytest.mark.parametrize("room", ["pyjobq", "sql"])
 def test_no_file_outgrows_its_room(room: str) -> None:
     big = {
         str(path.relative_to(ROOT)): lines

@@ -1,0 +1,10 @@
+"""The ``pyjobq`` command: migrate, enqueue, run workers, inspect and operate a queue.
+
+One module per kind of command (``produce``, ``work``, ``inspection``, ``operations``), each
+adding its commands to the group in ``group``; ``common`` holds what they share.
+"""
+
+from pyjobq.cli import inspection, operations, produce, work
+from pyjobq.cli.group import main
+
+__all__ = ["inspection", "main", "operations", "produce", "work"]

@@ -1,0 +1,75 @@
+"""Commands that act on a queue's jobs: reap, redrive, cancel, prune."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import click
+
+from pyjobq.cli.common import dsn_option, parse_duration, queue, resolve_type
+from pyjobq.cli.group import main
+
+
+@main.command()
+@dsn_option
+@click.option("--limit", type=click.IntRange(1, 100000), help="[default: 1000]")
+def reap(dsn: str | None, limit: int | None) -> None:
+    """Take back RUNNING jobs whose lease expired (workers do this on their own too)."""
+    with queue(dsn) as q:
+        rows = q.reap(limit)
+    for r in rows:
+        click.echo(f"{r.job_id}\t{r.status.name}\tfrom {r.worker_id} attempt {r.attempt}")
+    click.echo(f"{len(rows)} jobs reaped", err=True)
+
+
+@main.command()
+@dsn_option
+@click.argument("job_ids", nargs=-1)
+@click.option("--type", "job_type", help="only DEAD jobs of this type (code or name)")
+@click.option("--limit", type=click.IntRange(1, 100000), help="[default: 1000]")
+def redrive(
+    dsn: str | None, job_ids: tuple[str, ...], job_type: str | None, limit: int | None
+) -> None:
+    """Move DEAD or CANCELLED jobs (JOB_IDS, or all of --type, or all) back to PENDING."""
+    try:
+        ids = [UUID(j) for j in job_ids] or None
+    except ValueError:
+        raise click.BadParameter("job ids must be UUIDs", param_hint="JOB_IDS") from None
+    with queue(dsn) as q:
+        code = None if job_type is None else resolve_type(q, job_type)
+        moved = q.redrive(ids, code, limit)
+    for job_id in moved:
+        click.echo(str(job_id))
+    click.echo(f"{len(moved)} jobs redriven", err=True)
+
+
+@main.command()
+@dsn_option
+@click.argument("job_ids", nargs=-1, required=True)
+def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
+    """Cancel jobs: PENDING and RUNNING ones become CANCELLED; prints each id and its outcome."""
+    try:
+        ids = [UUID(j) for j in job_ids]
+    except ValueError:
+        raise click.BadParameter("job ids must be UUIDs", param_hint="JOB_IDS") from None
+    with queue(dsn) as q:
+        rows = q.cancel(ids)
+    for row in rows:
+        click.echo(f"{row.job_id} {row.outcome}")
+
+
+@main.command()
+@dsn_option
+@click.option("--older-than", required=True, help="age of ended jobs to delete, e.g. 7d, 12h")
+@click.option("--limit", type=click.IntRange(1, 100000), help="per call [default: 10000]")
+def prune(dsn: str | None, older_than: str, limit: int | None) -> None:
+    """Delete DONE, DEAD and CANCELLED jobs last changed more than --older-than ago, in batches."""
+    age = parse_duration(older_than)
+    total = 0
+    with queue(dsn) as q:
+        while True:
+            deleted = q.prune(age, limit)
+            total += deleted
+            if deleted < (limit or 10000):
+                break
+    click.echo(f"{total} jobs deleted")

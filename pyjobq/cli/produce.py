@@ -1,0 +1,162 @@
+"""Commands that set a database up and add jobs: migrate, enqueue, types, demo."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from pyjobq.cli.common import (
+    EXIT_ERROR,
+    dsn_option,
+    parse_duration,
+    parse_json_object,
+    queue,
+    reporting,
+    resolve_dsn,
+    resolve_type,
+)
+from pyjobq.cli.group import main
+
+
+@main.command()
+@dsn_option
+def migrate(dsn: str | None) -> None:
+    """Create or upgrade the pyjobq schema in the database."""
+    from pyjobq.migrate import migrate as apply
+
+    with reporting():
+        done = apply(resolve_dsn(dsn))
+    with queue(dsn) as q:
+        version = q.schema_version()
+    if done.adopted:
+        click.echo(f"adopted {', '.join(done.adopted)}: installed before, recorded as applied")
+    if done.applied:
+        click.echo(f"applied {', '.join(done.applied)}: pyjobq schema version {version}")
+    else:
+        click.echo(f"pyjobq schema version {version}: up to date, nothing applied")
+
+
+@main.command()
+@dsn_option
+@click.argument("job_type")
+@click.argument("payload", required=False, default="{}")
+@click.option("--priority", type=click.IntRange(0, 32767), help="lower runs first [default: 100]")
+@click.option(
+    "--run-after",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    help="not before this time (ISO 8601; local time unless an offset is given)",
+)
+@click.option("--delay", help="not before this long from now, e.g. 30s, 5m")
+@click.option("--dedupe-key", help="at most one active job per key (single job only)")
+@click.option("--max-attempts", type=click.IntRange(1, 1000), help="[default: 3]")
+def enqueue(
+    dsn: str | None,
+    job_type: str,
+    payload: str,
+    priority: int | None,
+    run_after: datetime | None,
+    delay: str | None,
+    dedupe_key: str | None,
+    max_attempts: int | None,
+) -> None:
+    """Add a job of JOB_TYPE (code or name) with a JSON object PAYLOAD.
+
+    With PAYLOAD `-`, read one JSON object per line from stdin and add them all in one
+    call (job_enqueue_many); a line may carry its own key as {"payload": {...},
+    "dedupe_key": "..."} when --dedupe-key is not used. Prints the job ids.
+    """
+    if delay is not None:
+        if run_after is not None:
+            raise click.UsageError("give --run-after or --delay, not both")
+        run_after = datetime.now().astimezone() + parse_duration(delay)
+    elif run_after is not None and run_after.tzinfo is None:
+        run_after = run_after.astimezone()
+    if payload == "-":
+        payloads, keys = read_json_lines(sys.stdin)
+        if dedupe_key is not None:
+            raise click.UsageError("--dedupe-key applies to a single job; put keys in the lines")
+        with queue(dsn) as q:
+            code = resolve_type(q, job_type)
+            rows = q.enqueue_many(code, payloads, keys, priority, run_after, max_attempts)
+        for row in rows:
+            click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
+        click.echo(f"{sum(r.created for r in rows)} of {len(rows)} jobs created", err=True)
+        return
+    body = parse_json_object(payload, "PAYLOAD")
+    with queue(dsn) as q:
+        code = resolve_type(q, job_type)
+        row = q.enqueue(code, body, priority, run_after, dedupe_key, max_attempts)
+    click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
+
+
+def read_json_lines(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[str | None] | None]:
+    payloads: list[dict[str, Any]] = []
+    keys: list[str | None] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        value = parse_json_object(line, f"stdin line {number}")
+        if set(value) <= {"payload", "dedupe_key"} and isinstance(value.get("payload"), dict):
+            payloads.append(value["payload"])
+            keys.append(value.get("dedupe_key"))
+        else:
+            payloads.append(value)
+            keys.append(None)
+    if not payloads:
+        raise click.BadParameter("stdin held no JSON lines", param_hint="PAYLOAD")
+    return payloads, (keys if any(k is not None for k in keys) else None)
+
+
+@main.group(invoke_without_command=True)
+@dsn_option
+@click.pass_context
+def types(ctx: click.Context, dsn: str | None) -> None:
+    """List the registered job types (or register one: `types register CODE NAME`)."""
+    if ctx.invoked_subcommand is None:
+        with queue(dsn) as q:
+            for t in q.types():
+                click.echo(f"{t.job_type}\t{t.name}")
+
+
+@types.command("register")
+@dsn_option
+@click.argument("code", type=click.IntRange(1, 32767))
+@click.argument("name")
+@click.pass_context
+def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) -> None:
+    """Register job type CODE (1..32767) under NAME; a no-op when already so registered."""
+    # --dsn given to the group (`pyjobq types --dsn ... register`) serves too.
+    parent = ctx.parent.params.get("dsn") if ctx.parent is not None else None
+    with queue(dsn or parent) as q:
+        row = q.type_register(code, name)
+    click.echo(
+        f"{row.job_type}\t{row.name}\t{'registered' if row.created else 'already registered'}"
+    )
+
+
+@main.command()
+@click.option(
+    "--dsn",
+    metavar="DSN",
+    help="a scratch database to use instead of a throwaway server (schema `demo` is dropped)",
+)
+@click.option("--jobs", default=6000, show_default=True, type=click.IntRange(2, 1_000_000))
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 64))
+@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--no-kill", is_flag=True, help="do not SIGKILL a worker mid-run")
+def demo(dsn: str | None, jobs: int, workers: int, concurrency: int, no_kill: bool) -> None:
+    """Run a real workload: orders with SEARCH and OUTBOX jobs, worker processes, a crash.
+
+    Without --dsn it starts a throwaway PostgreSQL server and removes it at the end; it
+    never reads $PYJOBQ_DSN or $DATABASE_URL, since it drops schema `demo` and takes every
+    SEARCH and OUTBOX job of the database it is given.
+    """
+    from pyjobq.demo import run_demo
+
+    with reporting():
+        ok = run_demo(dsn, jobs=jobs, workers=workers, concurrency=concurrency, kill=not no_kill)
+    sys.exit(0 if ok else EXIT_ERROR)

@@ -1,0 +1,167 @@
+"""``pyjobq worker``: the handlers it loads, and its options read from WorkerConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, get_args, get_type_hints
+
+import click
+
+from pyjobq.cli.common import F, dsn_option, fail, queue, reporting, resolve_dsn, resolve_type
+from pyjobq.cli.group import main
+from pyjobq.queue import JobQueue
+
+if TYPE_CHECKING:
+    from pyjobq.worker import Handler, WorkerConfig
+
+
+def resolve_handlers(q: JobQueue, table: Mapping[Any, Any]) -> dict[int, Any]:
+    """The handler table keyed by job type code: each key a registered code or name, each
+    value callable. Fails with one line on stderr (exit 2) on the first problem."""
+    registered = {t.job_type for t in q.types()}
+    resolved: dict[int, Any] = {}
+    for key, handler in table.items():
+        if isinstance(key, bool) or not isinstance(key, int | str):
+            fail(f"handler key {key!r} is neither a job type code nor a job type name", 2)
+        code = resolve_type(q, key) if isinstance(key, str) else int(key)
+        if code not in registered:
+            fail(f"job type {key!r} is not registered (pyjobq types register CODE NAME)", 2)
+        if not callable(handler):
+            fail(f"the handler for job type {key!r} is not callable: {handler!r}", 2)
+        if code in resolved:
+            fail(f"job type {code} has two handlers", 2)
+        resolved[code] = handler
+    return resolved
+
+
+def load_handlers(path: str) -> Mapping[Any, Any]:
+    """Import ``module:attribute``: a mapping of job type to handler, or a function returning
+    one. Whatever goes wrong (the module fails to import or raises, the attribute is missing
+    or of the wrong kind) is one line on stderr and exit 2."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        fail(f"{path!r} is not of the form module:attribute", 2)
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+        handlers = getattr(module, attribute, None)
+        if callable(handlers) and not isinstance(handlers, Mapping):
+            handlers = handlers()
+    except Exception as e:  # the user's module: anything it raises is a startup error
+        fail(f"cannot load {path}: {type(e).__name__}: {e}", 2)
+    if not isinstance(handlers, Mapping) or not handlers:
+        fail(f"{path} is not a non-empty mapping of job type to handler", 2)
+    return handlers
+
+
+def worker_settings(f: F) -> F:
+    """One option per :class:`WorkerConfig` setting that has flags, with its help, default and
+    range as WorkerConfig states them; the command checks them by making the config."""
+    from pyjobq.worker.config import WorkerConfig, describe_range
+
+    hints = get_type_hints(WorkerConfig)
+    for setting in reversed(dataclasses.fields(WorkerConfig)):
+        flags, meta = setting.metadata["flag"], setting.metadata
+        if not flags:
+            continue
+        hint = hints[setting.name]
+        if hint is bool:  # on by default: the flag turns it off
+            option = click.option(
+                *flags, setting.name, is_flag=True, flag_value=False, default=True,
+                help=meta["off_help"],
+            )  # fmt: skip
+            f = option(f)
+            continue
+        kind = next(t for t in (int, float, str) if t is hint or t in get_args(hint))
+        details = [] if setting.default is None else [f"default: {setting.default}"]
+        if meta["low"] is not None:
+            details.append(describe_range(setting.name))
+        suffix = f" [{'; '.join(details)}]" if details else ""
+        f = click.option(*flags, setting.name, type=kind, help=f"{meta['help']}{suffix}")(f)
+    return f
+
+
+def worker_config(settings: Mapping[str, Any]) -> WorkerConfig:
+    """The WorkerConfig that the settings options make (one not given keeps its default); a
+    value out of range is one line on stderr and exit 2."""
+    from pyjobq.worker import WorkerConfig
+
+    try:
+        return WorkerConfig(**{k: v for k, v in settings.items() if v is not None})
+    except ValueError as e:
+        fail(f"invalid worker setting: {e}", 2)
+
+
+@main.command()
+@dsn_option
+@click.argument("handlers")
+@click.option(
+    "--types",
+    "only",
+    help="comma-separated job type codes or names to take (default: all handled)",
+)
+@worker_settings
+@click.option("--metrics-file", type=click.Path(dir_okay=False), help="write final metrics as JSON")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+)
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text lines for people, one JSON object per line for machines",
+)
+def worker(
+    dsn: str | None,
+    handlers: str,
+    only: str | None,
+    metrics_file: str | None,
+    log_level: str,
+    log_format: str,
+    **settings: Any,
+) -> None:
+    """Run a worker for the handlers in HANDLERS (`module:attribute`, a dict of type -> function).
+
+    SIGTERM or Ctrl-C drains: no new claims, prefetched jobs released, running jobs given
+    --shutdown-timeout to finish. A second signal stops at once.
+    """
+    from pyjobq import logs
+    from pyjobq.worker import Worker
+
+    config = worker_config(settings)
+    logs.configure(log_level, log_format)
+    loaded = load_handlers(handlers)
+    with queue(dsn) as q:
+        table = resolve_handlers(q, loaded)
+        wanted = {resolve_type(q, t.strip()) for t in only.split(",")} if only else set(table)
+    missing = wanted - set(table)
+    if missing:
+        fail(f"--types: no handler for job types {sorted(missing)}", 2)
+    table = {t: h for t, h in table.items() if t in wanted}
+    # A program that embeds the command line (``manage.py pyjobq``) may give, as click's
+    # ``obj``, a function to wrap every handler in: the only use of ``obj`` in any command.
+    wrap: Callable[[Handler], Handler] | None = click.get_current_context().obj
+    if wrap is not None:
+        table = {t: wrap(h) for t, h in table.items()}
+    w = Worker(resolve_dsn(dsn), table, config)
+    with reporting():
+        metrics = w.run()
+    if metrics_file:
+        with open(metrics_file, "w") as f:
+            json.dump({"worker_id": w.worker_id, **metrics.as_dict()}, f)
+    if w.abandoned:
+        # Handler threads still running: do not wait for them, their leases will expire.
+        logging.shutdown()
+        os._exit(w.exit_code)
+    if w.crashed is not None:
+        fail(f"the worker stopped on an internal error: {w.crashed!r} (see the log above)")

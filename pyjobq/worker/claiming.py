@@ -1,0 +1,194 @@
+"""Claiming: how many jobs to take (the prefetch), taking them, giving unstarted ones back,
+and the wake-ups (LISTEN) that end an idle claimer's sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import psycopg
+
+from pyjobq.worker.state import (
+    DATABASE_ERRORS,
+    MAX_BATCH,
+    Held,
+    WorkerState,
+    suppress_timeout,
+)
+
+CHANNEL = "pyjobq_job"
+
+# job_claim takes at most this many jobs per call.
+MAX_CLAIM = 1000
+# The adaptive prefetch (prefetch=None) keeps about this many seconds of work
+# waiting per runner, between ``concurrency`` jobs and ``max(256, 8 x concurrency)``.
+PREFETCH_HORIZON_S = 0.1
+PREFETCH_CAP_FLOOR = 256
+PREFETCH_CAP_PER_RUNNER = 8
+# Weight of the newest handler duration in the running average the prefetch follows.
+DURATION_EWMA_WEIGHT = 0.05
+# job_complete_many calls in flight at once: one can run while the next batch fills.
+MAX_FLUSHES = 2
+
+
+class Claimer:
+    """Claims up to the free capacity (``concurrency`` + prefetch less the running and
+    prefetched jobs) in one ``job_claim``, then waits for a NOTIFY, free room or the poll
+    interval; it also waits while finished jobs pile up unsent, since their rows stay RUNNING
+    until completed."""
+
+    def __init__(self, state: WorkerState, job_types: list[int]) -> None:
+        self.state = state
+        self.job_types = job_types
+        config = state.config
+        self.concurrency = config.concurrency
+        # Claims are sized by free room: a small prefetch means many small claims, and a
+        # claim costs a round trip whatever its size; a large one keeps long jobs from
+        # other workers. None follows the handlers' durations (see prefetch_now).
+        self.prefetch = config.prefetch
+        self.max_prefetch = (
+            max(PREFETCH_CAP_FLOOR, PREFETCH_CAP_PER_RUNNER * config.concurrency)
+            if config.prefetch is None
+            else config.prefetch
+        )
+        self.max_prefetch_age = config.lease_seconds * config.prefetch_lease_fraction
+        # Completions are sent at once when this many are waiting: a full batch, or half
+        # of what the claimer may hold at most.
+        self.flush_at = max(
+            1, min(config.flush_batch, (config.concurrency + self.max_prefetch) // 2)
+        )
+        # The running average of how long a runner is busy with one job.
+        self.job_seconds: float | None = None
+
+    def observe_duration(self, seconds: float) -> None:
+        """Fold how long a runner was busy with one job into the average the prefetch follows."""
+        if self.job_seconds is None:
+            self.job_seconds = seconds
+        else:
+            self.job_seconds += DURATION_EWMA_WEIGHT * (seconds - self.job_seconds)
+
+    def prefetch_now(self) -> int:
+        """The prefetch to claim for: fixed, or about PREFETCH_HORIZON_S of work per runner."""
+        if self.prefetch is not None:
+            return self.prefetch
+        if self.job_seconds is None:
+            return self.concurrency  # nothing measured yet: one job ahead per runner
+        wanted = self.concurrency * PREFETCH_HORIZON_S / max(self.job_seconds, 1e-6)
+        return int(min(self.max_prefetch, max(self.concurrency, wanted)))
+
+    def low_water(self) -> bool:
+        """True once the buffer is down to half the prefetch: time to claim more."""
+        return len(self.state.buffer) <= self.prefetch_now() // 2
+
+    def wake_if_low(self) -> None:
+        """A job left the buffer or a runner: let the claimer claim again if it is low."""
+        if not self.state.room.is_set() and self.low_water():
+            self.state.room.set()
+
+    def is_stale(self, held: Held, now: float) -> bool:
+        """True when ``held`` waited in the buffer past its share of the lease."""
+        return now - held.claimed_at > self.max_prefetch_age
+
+    def room_for(self) -> int:
+        if not self.low_water():
+            return 0
+        s = self.state
+        # Finished jobs still hold their rows RUNNING: stop claiming while they pile up.
+        if len(s.done) + len(s.flushing) >= (MAX_FLUSHES + 1) * self.flush_at:
+            return 0
+        held = len(s.running) + len(s.buffer)
+        room = self.concurrency + self.prefetch_now() - held
+        return max(0, min(room, MAX_CLAIM))
+
+    async def run(self) -> None:
+        s, config = self.state, self.state.config
+        failures = 0
+        while not s.stopping:
+            s.room.clear()
+            want = self.room_for()
+            if want == 0:
+                await s.room.wait()
+                continue
+            s.notified.clear()
+            started = time.monotonic()
+            try:
+                jobs = await s.call(
+                    s.queue.claim(s.worker_id, want, config.lease_seconds, self.job_types)
+                )
+            except DATABASE_ERRORS as e:
+                failures += 1
+                await s.backoff(failures, "claim", e)
+                continue
+            failures = 0
+            s.metrics.claims += 1
+            s.metrics.claimed += len(jobs)
+            held = [Held(job, started, started) for job in jobs]
+            if s.stopping:
+                await self.release(held)
+                return
+            s.buffer.extend(held)
+            if held:
+                s.job_ready.set()
+            if len(jobs) < want:
+                # Nothing more is due: sleep until a NOTIFY, the reaper, or the poll.
+                timeout = config.poll_interval * random.uniform(0.9, 1.1)
+                with suppress_timeout():
+                    await asyncio.wait_for(s.notified.wait(), timeout)
+
+    async def release(self, held: list[Held]) -> None:
+        """Give unstarted jobs back with ``job_release_many``, one call per ``MAX_BATCH``."""
+        s = self.state
+        for start in range(0, len(held), MAX_BATCH):
+            chunk = held[start : start + MAX_BATCH]
+            ids, attempts = [h.job.job_id for h in chunk], [h.job.attempt for h in chunk]
+            for failures in range(1, 6):
+                try:
+                    rows = await s.call(s.queue.release_many(s.worker_id, ids, attempts))
+                    # A job not released was reaped meanwhile: nothing to give back.
+                    s.metrics.released += sum(r.released for r in rows)
+                    break
+                except DATABASE_ERRORS as e:
+                    if s.hard_stop.is_set():
+                        return
+                    await s.backoff(failures, "release", e)
+
+
+class Listener:
+    """LISTENs on ``pyjobq_job`` on a connection of its own and wakes the claimer when a job of
+    a handled type (or of no type named) is announced."""
+
+    def __init__(
+        self, state: WorkerState, handled: set[int], conninfo: str, kwargs: dict[str, Any]
+    ) -> None:
+        self.state = state
+        self.handled = handled
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+
+    async def run(self) -> None:
+        s = self.state
+        failures = 0
+        while not s.stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.conninfo, **self.kwargs
+                ) as conn:
+                    await conn.execute(f"listen {CHANNEL}")
+                    failures = 0
+                    # Anything enqueued while we were not listening was not announced.
+                    s.notified.set()
+                    while not s.stopping:
+                        async for notify in conn.notifies(timeout=1.0):
+                            if self.wanted(notify.payload):
+                                s.notified.set()
+            except DATABASE_ERRORS as e:
+                failures += 1
+                await s.backoff(failures, "listen", e)
+
+    def wanted(self, payload: str) -> bool:
+        try:
+            return not payload or int(payload) in self.handled
+        except ValueError:
+            return True

@@ -1,0 +1,136 @@
+"""The outcomes of an attempt other than completion: failed (retry or DEAD), lease lost,
+cancelled; and what a handler raises to choose one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from uuid import UUID
+
+from pyjobq.errors import JobCancelled, JobStateError, LeaseLost
+from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
+from pyjobq.storable import storable_text
+from pyjobq.worker.state import DATA_ERRORS, DATABASE_ERRORS, Held, WorkerState
+
+log = logging.getLogger("pyjobq.worker")
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and retry after ``delay_seconds``.
+
+    ``None`` keeps the queue's exponential backoff. With no attempts left the job is DEAD.
+    """
+
+    def __init__(self, delay_seconds: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_seconds = delay_seconds
+
+
+class DeadLetter(Exception):
+    """Raise from a handler to fail the job for good (DEAD), whatever attempts remain."""
+
+
+def error_text(error: BaseException) -> str:
+    """The exception and the last frames of its traceback, as kept in ``last_error``."""
+    return storable_text("".join(traceback.format_exception(error, limit=-5)).strip())
+
+
+# (job_id, attempt) of the jobs job_cancel took from a handler of this process.
+_cancelled: set[tuple[UUID, int]] = set()
+
+
+def is_cancelled(job: ClaimedJob) -> bool:
+    """True once ``job_cancel`` took ``job`` from the worker running it, which learns it at its
+    next heartbeat. A sync handler can check it between steps and return early; an async handler
+    is cancelled instead (``asyncio.CancelledError`` at its next await). Either way nothing the
+    attempt returns is recorded: the job is already CANCELLED."""
+    return (job.job_id, job.attempt) in _cancelled
+
+
+class Outcomes:
+    """Records an attempt that did not complete, whichever duty found out: the runner (the
+    handler raised), the completer (the result was refused) or the heartbeat (cancelled)."""
+
+    def __init__(self, state: WorkerState, async_types: set[int]) -> None:
+        self.state = state
+        self.async_types = async_types
+
+    def lost(self, held: Held) -> None:
+        """The attempt no longer counts: its lease was lost, or the job was cancelled."""
+        s = self.state
+        _cancelled.discard((held.job.job_id, held.job.attempt))
+        if held.cancelled:
+            s.metrics.cancelled += 1
+            s.hook(s.hooks.on_job_end, held.job, "cancelled", None)
+            log.info("job cancelled: handler stopped, nothing recorded", extra=s.extra(held.job))
+            return
+        s.metrics.lease_lost += 1
+        s.hook(s.hooks.on_job_end, held.job, "lease_lost", None)
+        log.warning("lease lost: result dropped", extra=s.extra(held.job))
+
+    def cancel(self, held: Held) -> None:
+        """job_cancel took ``held``'s job: stop its handler (an async one is cancelled, a sync
+        one sees :func:`is_cancelled`), and drop whatever it returns."""
+        held.lost = held.cancelled = True
+        _cancelled.add((held.job.job_id, held.job.attempt))
+        if held.runner is not None:
+            held.runner.cancel()
+        elif held.task is not None and held.job.job_type in self.async_types:
+            held.task.cancel()
+
+    @staticmethod
+    def end_cancellable(held: Held) -> None:
+        """The handler awaited in this runner's task has returned or raised: a cancel may no
+        longer interrupt the runner, and one that was delivered is taken back from it (the job
+        was cancelled, not the runner)."""
+        held.runner = None
+        runner = asyncio.current_task()
+        if held.cancelled and runner is not None and runner.cancelling():
+            runner.uncancel()
+
+    async def fail(
+        self, held: Held, error: BaseException, delay: float | None, dead_letter: bool
+    ) -> None:
+        """``job_fail`` for the attempt, retried while the database is away; logs and counts
+        whether the job will be retried or is DEAD."""
+        s, job = self.state, held.job
+        text = error_text(error)
+        failures = 0
+        while True:
+            try:
+                outcome: FailOutcome = await s.call(
+                    s.queue.fail(job.job_id, s.worker_id, job.attempt, text, delay, dead_letter)
+                )
+                break
+            except (LeaseLost, JobCancelled) as e:
+                held.cancelled = isinstance(e, JobCancelled)
+                self.lost(held)
+                return
+            except JobStateError as e:
+                log.error("job could not be failed: %s", e, extra=s.extra(job))
+                return
+            except DATA_ERRORS as e:
+                if delay is None:  # the text is made storable: nothing else is the job's
+                    log.error("job could not be failed: %s", e, extra=s.extra(job))
+                    return
+                # Retry(delay) out of job_fail's range: keep the queue's backoff instead.
+                text = storable_text(f"{text}\n(retry delay {delay!r} refused: {e})")
+                delay = None
+            except DATABASE_ERRORS as e:
+                failures += 1
+                if s.hard_stop.is_set():
+                    return
+                await s.backoff(failures, "fail", e)
+        s.metrics.failed += 1
+        dead = outcome.status is JobStatus.DEAD
+        if dead:
+            s.metrics.dead += 1
+        else:
+            s.metrics.retried += 1
+        s.hook(s.hooks.on_job_end, job, "dead" if dead else "retry", error)
+        log.warning(
+            "job failed: %s",
+            "dead" if dead else f"retry at {outcome.run_after.isoformat()}",
+            extra=s.extra(job, error=str(error) or type(error).__name__),
+        )

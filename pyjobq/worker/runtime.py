@@ -1,0 +1,215 @@
+"""``Worker``: wires the duties together (claiming, running, completing, leases, shutdown) and
+runs them on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.metrics import WorkerHooks, WorkerMetrics
+from pyjobq.migrate import check_schema_version
+from pyjobq.worker.claiming import MAX_FLUSHES, Claimer, Listener
+from pyjobq.worker.completing import Completer
+from pyjobq.worker.config import WorkerConfig
+from pyjobq.worker.leases import Heartbeat, Reaper
+from pyjobq.worker.outcomes import Outcomes
+from pyjobq.worker.running import Handler, Runner, is_async
+from pyjobq.worker.shutdown import EXIT_DRAINED, EXIT_UNFINISHED, Drain, with_signals
+from pyjobq.worker.state import WorkerState
+
+log = logging.getLogger("pyjobq.worker")
+
+
+def make_worker_id() -> str:
+    """``host:pid:random``, unique per process and at most 80 characters (the SQL limit)."""
+    suffix = f":{os.getpid()}:{secrets.token_hex(4)}"
+    return socket.gethostname()[: 80 - len(suffix)] + suffix
+
+
+class Worker:
+    """Claims jobs of the handled types and runs them; see :mod:`pyjobq.worker`.
+
+    ``source`` is a libpq conninfo/URL (the worker opens a small pool and, unless
+    ``listen`` is false, one LISTEN connection) or an :class:`AsyncConnectionPool`
+    whose connections are in autocommit mode. ``handlers`` maps job type codes to
+    functions taking the :class:`ClaimedJob` and returning a JSON object (the
+    job's result) or ``None``; raising :class:`Retry` or :class:`DeadLetter`
+    chooses what happens next, any other exception fails the attempt with the
+    default backoff. ``config`` holds every setting (:class:`WorkerConfig`); keyword
+    ``options`` name its fields and override it (``Worker(dsn, handlers, concurrency=16)``).
+    ``listen_dsn`` opens the LISTEN connection elsewhere than ``source``: LISTEN needs a
+    session, so when ``source`` goes through a pooler in transaction mode, point
+    ``listen_dsn`` at the server itself (and, before PgBouncer 1.21, set
+    ``prepared_statements=False`` with a conninfo ``source``).
+    """
+
+    def __init__(
+        self,
+        source: str | AsyncConnectionPool,
+        handlers: Mapping[int, Handler],
+        config: WorkerConfig | None = None,
+        *,
+        hooks: WorkerHooks | None = None,
+        **options: Any,
+    ) -> None:
+        if not handlers:
+            raise ValueError("handlers must map at least one job type to a function")
+        self.config = replace(config or WorkerConfig(), **options)
+        self.source = source
+        self.handlers = {int(t): h for t, h in handlers.items()}
+        self.job_types = sorted(self.handlers)
+        self.worker_id = self.config.worker_id or make_worker_id()
+        self.hooks = hooks or WorkerHooks()
+        self.metrics = WorkerMetrics()
+        # Set once the worker is connected and claiming (tests and supervisors wait on it).
+        self.ready = asyncio.Event()
+        # With a conninfo source: PgBouncer < 1.21 in transaction mode does not track
+        # prepared statements, so psycopg must not prepare any (prepare_threshold=None).
+        self._own_kwargs: dict[str, Any] = {"autocommit": True}
+        if not self.config.prepared_statements:
+            self._own_kwargs["prepare_threshold"] = None
+        self._state = WorkerState(self.config, self.worker_id, self.hooks, self.metrics)
+        self._async_types = {t for t, h in self.handlers.items() if is_async(h)}
+        self._claimer = Claimer(self._state, self.job_types)
+        self._outcomes = Outcomes(self._state, self._async_types)
+        self._drain = Drain(self._state, self._claimer)
+
+    # -- what a caller reads -------------------------------------------------
+
+    @property
+    def abandoned(self) -> int:
+        """Jobs still running when the drain's ``shutdown_timeout`` ran out."""
+        return self._drain.abandoned
+
+    @property
+    def crashed(self) -> BaseException | None:
+        """The defect that stopped the worker, if an internal task failed."""
+        return self._state.crashed
+
+    @property
+    def exit_code(self) -> int:
+        """0 after a drain that accounted for every job, 1 when jobs were abandoned or the
+        worker stopped on an internal error."""
+        return EXIT_DRAINED if not self.abandoned and self.crashed is None else EXIT_UNFINISHED
+
+    @property
+    def queue(self) -> AsyncJobQueue:
+        return self._state.queue
+
+    @property
+    def max_prefetch(self) -> int:
+        return self._claimer.max_prefetch
+
+    @property
+    def job_seconds(self) -> float | None:
+        """The running average of how long a runner is busy with one job."""
+        return self._claimer.job_seconds
+
+    @job_seconds.setter
+    def job_seconds(self, seconds: float | None) -> None:
+        self._claimer.job_seconds = seconds
+
+    def _prefetch_now(self) -> int:
+        return self._claimer.prefetch_now()
+
+    # -- control -------------------------------------------------------------
+
+    def stop(self, graceful: bool = True) -> None:
+        """Ask the worker to stop: drain (default) or stop at once. Safe from the loop only."""
+        self._state.stop(graceful)
+
+    def run(self) -> WorkerMetrics:
+        """Run until SIGTERM/SIGINT (a second signal stops at once); returns the metrics."""
+        return asyncio.run(with_signals(self._state, self.serve))
+
+    async def serve(self) -> WorkerMetrics:
+        """Run until :meth:`stop`; returns the metrics. The coroutine form of :meth:`run`."""
+        s, config = self._state, self.config
+        await self._probe()
+        pool: AsyncConnectionPool
+        if isinstance(self.source, str):
+            pool = AsyncConnectionPool(
+                self.source,
+                min_size=1,
+                max_size=MAX_FLUSHES + 3,  # claimer, flushes, heartbeat and one more
+                kwargs=self._own_kwargs,
+                timeout=5.0,
+                open=False,
+                name=f"pyjobq-{self.worker_id}",
+            )
+            await pool.open(wait=True, timeout=10.0)
+        else:
+            pool = self.source
+        s.queue = AsyncJobQueue(pool)
+        executor = None
+        if len(self._async_types) < len(self.handlers):
+            executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="pyjobq-job")
+        runner = Runner(s, self._claimer, self._outcomes, self.handlers, executor)
+        tasks = {
+            "claimer": s.spawn(self._claimer.run()),
+            "completer": s.spawn(Completer(s, self._outcomes).run()),
+            "heartbeat": s.spawn(Heartbeat(s, self._claimer, self._outcomes).run()),
+            "reaper": s.spawn(Reaper(s).run()),
+        }
+        if config.listen:
+            if config.listen_dsn is not None:
+                conninfo, kwargs = config.listen_dsn, self._own_kwargs
+            else:
+                conninfo, kwargs = self._conninfo()
+            listener = Listener(s, set(self.handlers), conninfo, kwargs)
+            tasks["listener"] = s.spawn(listener.run())
+        runners = [s.spawn(runner.run()) for _ in range(config.concurrency)]
+        log.info(
+            "worker started",
+            extra=s.extra(job_types=self.job_types, concurrency=config.concurrency),
+        )
+        self.ready.set()
+        try:
+            await s.stop_requested.wait()
+            await self._drain.run(tasks, runners)
+        finally:
+            for task in [*tasks.values(), *runners]:
+                task.cancel()
+            await asyncio.gather(*tasks.values(), *runners, return_exceptions=True)
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+            if pool is not self.source:
+                await pool.close(timeout=1.0)
+        log.info("worker stopped", extra=s.extra(metrics=self.metrics.as_dict()))
+        return self.metrics
+
+    async def _probe(self) -> None:
+        """Fail fast, with the real error, when the database is unreachable, not migrated,
+        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), or lacks a job type
+        the handlers are for (``ValueError``)."""
+        conninfo, kwargs = self._conninfo()
+        async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
+            queue = AsyncJobQueue(conn)
+            warning = check_schema_version(await queue.schema_version())
+            registered = {t.job_type for t in await queue.types()}
+        if warning:
+            log.warning(warning, extra=self._state.extra())
+        # A configuration error stops the worker before its first claim; later, every claim
+        # would be refused (22023) and retried for ever.
+        unknown = sorted(set(self.handlers) - registered)
+        if unknown:
+            raise ValueError(f"handlers for job types that are not registered: {unknown}")
+
+    def _conninfo(self) -> tuple[str, dict[str, Any]]:
+        if isinstance(self.source, str):
+            return self.source, self._own_kwargs
+        conninfo, kwargs = self.source.conninfo, self.source.kwargs
+        if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+            raise TypeError("the worker needs a pool whose conninfo and kwargs are plain values")
+        return conninfo, {**kwargs, "autocommit": True}

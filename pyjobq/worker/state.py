@@ -1,0 +1,184 @@
+"""What the worker's duties share: the jobs it holds, the signals between duties, the database.
+
+A job moves through the collections here in one direction: ``buffer`` (claimed, not started),
+``running`` (a handler has it), ``done`` (finished, its completion not yet sent), ``flushing``
+(in a ``job_complete_many`` call). Each duty owns its moves; the events wake the duty that
+waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import PoolTimeout
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.errors import InvalidArgument, LockTimeout, PyjobqError
+from pyjobq.metrics import WorkerHooks, WorkerMetrics
+from pyjobq.rows import ClaimedJob
+from pyjobq.worker.config import WorkerConfig
+
+T = TypeVar("T")
+
+# Jobs per job_complete_many / job_renew_lease_many / job_release_many call: their limit.
+MAX_BATCH = 10000
+
+# Errors that mean "the database cannot do this right now": retry with backoff. The
+# OperationalError family covers lost connections, 40001/40P01, 57014, 57P01 and 53300;
+# LockTimeout is 55P03 as the binding reports it.
+RETRYABLE_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    PoolTimeout,
+    LockTimeout,
+)
+# Errors about the data a call carried (class 22 or 54): the fault of one job, not the worker's.
+DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError, InvalidArgument)
+# Everything else a database call can raise.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (psycopg.Error, PyjobqError)
+
+log = logging.getLogger("pyjobq.worker")
+
+
+@dataclass(eq=False)
+class Held:
+    """A job this worker holds a lease on, from claim to complete/fail/release."""
+
+    job: ClaimedJob
+    claimed_at: float
+    renewed_at: float
+    lost: bool = False
+    cancelled: bool = False
+    result: Jsonb | None = None
+    task: asyncio.Future[Any] | None = field(default=None, repr=False)
+    # The runner's own task while it awaits an async handler in it (no job_timeout).
+    runner: asyncio.Task[Any] | None = field(default=None, repr=False)
+
+
+class WorkerState:
+    """The worker's shared state and its one way to the database (:meth:`call`)."""
+
+    def __init__(
+        self, config: WorkerConfig, worker_id: str, hooks: WorkerHooks, metrics: WorkerMetrics
+    ) -> None:
+        self.config = config
+        self.worker_id = worker_id
+        self.hooks = hooks
+        self.metrics = metrics
+        self.buffer: deque[Held] = deque()
+        self.running: set[Held] = set()
+        self.done: list[Held] = []
+        self.flushing: set[Held] = set()
+        # A NOTIFY, a reap or a start: jobs may be due.
+        self.notified = asyncio.Event()
+        # The claimer may have room to claim.
+        self.room = asyncio.Event()
+        # The buffer has a job for a runner.
+        self.job_ready = asyncio.Event()
+        # Finished jobs wait to be completed; flush_now: send them without waiting.
+        self.have_done = asyncio.Event()
+        self.flush_now = asyncio.Event()
+        self.stop_requested = asyncio.Event()
+        self.hard_stop = asyncio.Event()
+        # The phases of a shutdown: no more claims; runners end when the buffer is empty;
+        # the flusher sends what is left and ends.
+        self.stopping = False
+        self.draining = False
+        self.closing = False
+        # Set when an internal task failed and stopped the worker (the CLI then exits 1).
+        self.crashed: BaseException | None = None
+        self._queue: AsyncJobQueue | None = None
+
+    @property
+    def queue(self) -> AsyncJobQueue:
+        if self._queue is None:
+            raise RuntimeError("the worker is not running")
+        return self._queue
+
+    @queue.setter
+    def queue(self, queue: AsyncJobQueue) -> None:
+        self._queue = queue
+
+    def stop(self, graceful: bool = True) -> None:
+        """Ask the worker to stop: drain (default) or stop at once. Safe from the loop only."""
+        self.stop_requested.set()
+        if not graceful:
+            self.hard_stop.set()
+
+    async def call(self, operation: Coroutine[Any, Any, T]) -> T:
+        """Await one queue statement, counting it as a round trip."""
+        self.metrics.round_trips += 1
+        try:
+            return await operation
+        except RETRYABLE_ERRORS:
+            self.metrics.db_errors += 1
+            raise
+
+    async def backoff(self, failures: int, what: str, error: BaseException) -> None:
+        """Wait before trying ``what`` again: capped, jittered, cut short by a hard stop."""
+        delay = min(5.0, 0.05 * 2**failures) * random.uniform(0.5, 1.0)
+        log.warning(
+            "%s failed, retrying in %.2fs: %s",
+            what,
+            delay,
+            str(error).strip() or type(error).__name__,
+            extra=self.extra(),
+        )
+        with suppress_timeout():
+            await asyncio.wait_for(self.hard_stop.wait(), delay)
+
+    def hook(self, hook: Callable[..., None], job: ClaimedJob, *args: Any) -> None:
+        """Call one of the user's hooks: what it raises is logged against the job, and neither
+        the job's outcome nor the worker depends on it."""
+        try:
+            hook(job, *args)
+        except (Exception, SystemExit) as e:
+            self.metrics.hook_errors += 1
+            log.error(
+                "hook %s raised",
+                hook.__name__,
+                exc_info=e,
+                extra=self.extra(job, error=str(e) or type(e).__name__),
+            )
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Start one of the worker's own tasks; if it fails, the worker stops."""
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # A defect of the worker itself, never a job's or the database's doing.
+            self.crashed = task.exception()
+            log.error(
+                "worker task crashed: stopping",
+                exc_info=task.exception(),
+                extra=self.extra(),
+            )
+            self.stop(graceful=False)
+
+    def extra(self, job: ClaimedJob | None = None, **fields: Any) -> dict[str, Any]:
+        """The record attributes of a log line: the worker, and the job it is about."""
+        extra: dict[str, Any] = {"worker_id": self.worker_id, **fields}
+        if job is not None:
+            extra.update(job_id=str(job.job_id), job_type=job.job_type, attempt=job.attempt)
+        return extra
+
+
+class suppress_timeout:
+    """``with suppress_timeout(): await asyncio.wait_for(...)``: a timeout is a normal wake-up."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, TimeoutError)

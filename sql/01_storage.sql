@@ -101,7 +101,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 2
+  select 3
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -181,7 +181,8 @@ comment on column pyjobq.job.run_after is
 comment on column pyjobq.job.lease_until is
   'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
 comment on column pyjobq.job.dedupe_key is
-  'At most one PENDING or RUNNING job per key; enqueueing an active key returns the existing job.';
+  'At most one PENDING or RUNNING job per job type and key; enqueueing an active key of the type returns '
+  'the existing job.';
 
 -- The claim: due PENDING jobs in priority then due-time order. The ORDER BY
 -- matches this index exactly, so an ordered index scan that stops at LIMIT is
@@ -202,8 +203,11 @@ create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where statu
 -- last ANALYZE, from which it estimates the DONE jobs without reading them.
 create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
 
--- The active-duplicate guard; DONE, DEAD and CANCELLED jobs free their key.
-create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
+-- The active-duplicate guard: a key is this key for this job type, so the
+-- producers of one type can neither see nor take another type's keys (per-type
+-- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
+-- their key.
+create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
 
 -- Every transition rewrites the row (the partial indexes make it non-HOT), so

@@ -209,17 +209,16 @@ begin
             hint = 'Stop working on it: nothing this attempt does is recorded.';
   end if;
   if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
-    raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
+    raise exception 'job % is already %', p_job_id, pyjobq._status_name(v_status)
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
   end if;
+  -- The detail names the status only: the holder's worker id and attempt are
+  -- its fencing token, which no other caller may learn from an error.
   raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
     using errcode = 'JQ001',
-          detail = format('The job is %s at attempt %s, worker %s.',
-                          case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
-                                        when 3 then 'DONE' else 'DEAD' end,
-                          v_attempts, coalesce(v_worker, 'none')),
+          detail = format('The job is %s now.', pyjobq._status_name(v_status)),
           hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
 end;
 $$;

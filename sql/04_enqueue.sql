@@ -61,7 +61,7 @@ begin
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
     values
       (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
-    on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
       if v_run_after < v_now then
@@ -75,7 +75,7 @@ begin
     end if;
     select a.job_id into v_id
       from pyjobq.job a
-     where a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -87,7 +87,8 @@ $$;
 comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
-  '(1..200 chars) an active (PENDING or RUNNING) job with that key is returned with created = false instead. '
+  '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
+  'false instead. '
   'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
 
 create function pyjobq.job_enqueue_many(
@@ -193,7 +194,7 @@ begin
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
-      on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
       returning j.job_id, j.dedupe_key
     )
     select i.ord,
@@ -205,7 +206,8 @@ begin
       left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
       left join pyjobq.job active
              on mine.job_id is null and sibling.job_id is null
-            and active.dedupe_key = i.dedupe_key and active.status in (1, 2)
+            and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
+            and active.status in (1, 2)
      order by i.ord
   loop
     ord := v_row.ord;

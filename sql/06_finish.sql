@@ -238,6 +238,7 @@ begin
          -- cancelled while this holder had it: stop the handler
          r.job_id is null and exists (select from pyjobq.job k
                                        where k.job_id = i.id
+                                         and k.job_type <> all (v_denied)
                                          and k.status = 5
                                          and k.worker_id = p_worker_id
                                          and k.attempts = i.attempt)

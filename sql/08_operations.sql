@@ -12,7 +12,7 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   with free as (
-    select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
+    select distinct on (d.job_type, coalesce(d.dedupe_key, d.job_id::text)) d.job_id
       from pyjobq.job d
      where d.job_id = any (p_ids)
        and d.status in (4, 5)
@@ -20,9 +20,10 @@ as $$
        and (d.dedupe_key is null
             or not exists (select 1
                              from pyjobq.job a
-                            where a.dedupe_key = d.dedupe_key
+                            where a.job_type = d.job_type
+                              and a.dedupe_key = d.dedupe_key
                               and a.status in (1, 2)))
-     order by coalesce(d.dedupe_key, d.job_id::text), d.updated_at
+     order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at
   ),
   moved as (
     update pyjobq.job j
@@ -90,7 +91,8 @@ begin
              and (p.dedupe_key is null
                   or not exists (select 1
                                    from pyjobq.job a
-                                  where a.dedupe_key = p.dedupe_key
+                                  where a.job_type = p.job_type
+                                    and a.dedupe_key = p.dedupe_key
                                     and a.status in (1, 2)))
            order by p.updated_at
            limit v_limit

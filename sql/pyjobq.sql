@@ -112,7 +112,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 2
+  select 3
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -192,7 +192,8 @@ comment on column pyjobq.job.run_after is
 comment on column pyjobq.job.lease_until is
   'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
 comment on column pyjobq.job.dedupe_key is
-  'At most one PENDING or RUNNING job per key; enqueueing an active key returns the existing job.';
+  'At most one PENDING or RUNNING job per job type and key; enqueueing an active key of the type returns '
+  'the existing job.';
 
 -- The claim: due PENDING jobs in priority then due-time order. The ORDER BY
 -- matches this index exactly, so an ordered index scan that stops at LIMIT is
@@ -213,8 +214,11 @@ create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where statu
 -- last ANALYZE, from which it estimates the DONE jobs without reading them.
 create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
 
--- The active-duplicate guard; DONE, DEAD and CANCELLED jobs free their key.
-create unique index job_dedupe_active_idx on pyjobq.job (dedupe_key)
+-- The active-duplicate guard: a key is this key for this job type, so the
+-- producers of one type can neither see nor take another type's keys (per-type
+-- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
+-- their key.
+create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
 
 -- Every transition rewrites the row (the partial indexes make it non-HOT), so
@@ -441,17 +445,16 @@ begin
             hint = 'Stop working on it: nothing this attempt does is recorded.';
   end if;
   if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
-    raise exception 'job % is already %', p_job_id, case v_status when 3 then 'DONE' else 'DEAD' end
+    raise exception 'job % is already %', p_job_id, pyjobq._status_name(v_status)
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
   end if;
+  -- The detail names the status only: the holder's worker id and attempt are
+  -- its fencing token, which no other caller may learn from an error.
   raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
     using errcode = 'JQ001',
-          detail = format('The job is %s at attempt %s, worker %s.',
-                          case v_status when 1 then 'PENDING' when 2 then 'RUNNING'
-                                        when 3 then 'DONE' else 'DEAD' end,
-                          v_attempts, coalesce(v_worker, 'none')),
+          detail = format('The job is %s now.', pyjobq._status_name(v_status)),
           hint = 'The lease expired and the job was reaped or claimed again: drop this result, the job runs (or ran) elsewhere.';
 end;
 $$;
@@ -807,7 +810,7 @@ begin
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
     values
       (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
-    on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
       if v_run_after < v_now then
@@ -821,7 +824,7 @@ begin
     end if;
     select a.job_id into v_id
       from pyjobq.job a
-     where a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -833,7 +836,8 @@ $$;
 comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
-  '(1..200 chars) an active (PENDING or RUNNING) job with that key is returned with created = false instead. '
+  '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
+  'false instead. '
   'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
 
 create function pyjobq.job_enqueue_many(
@@ -939,7 +943,7 @@ begin
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
         from input i
        order by i.ord
-      on conflict (dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
       returning j.job_id, j.dedupe_key
     )
     select i.ord,
@@ -951,7 +955,8 @@ begin
       left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
       left join pyjobq.job active
              on mine.job_id is null and sibling.job_id is null
-            and active.dedupe_key = i.dedupe_key and active.status in (1, 2)
+            and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
+            and active.status in (1, 2)
      order by i.ord
   loop
     ord := v_row.ord;
@@ -1534,6 +1539,7 @@ begin
          -- cancelled while this holder had it: stop the handler
          r.job_id is null and exists (select from pyjobq.job k
                                        where k.job_id = i.id
+                                         and k.job_type <> all (v_denied)
                                          and k.status = 5
                                          and k.worker_id = p_worker_id
                                          and k.attempts = i.attempt)
@@ -2183,7 +2189,7 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   with free as (
-    select distinct on (coalesce(d.dedupe_key, d.job_id::text)) d.job_id
+    select distinct on (d.job_type, coalesce(d.dedupe_key, d.job_id::text)) d.job_id
       from pyjobq.job d
      where d.job_id = any (p_ids)
        and d.status in (4, 5)
@@ -2191,9 +2197,10 @@ as $$
        and (d.dedupe_key is null
             or not exists (select 1
                              from pyjobq.job a
-                            where a.dedupe_key = d.dedupe_key
+                            where a.job_type = d.job_type
+                              and a.dedupe_key = d.dedupe_key
                               and a.status in (1, 2)))
-     order by coalesce(d.dedupe_key, d.job_id::text), d.updated_at
+     order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at
   ),
   moved as (
     update pyjobq.job j
@@ -2261,7 +2268,8 @@ begin
              and (p.dedupe_key is null
                   or not exists (select 1
                                    from pyjobq.job a
-                                  where a.dedupe_key = p.dedupe_key
+                                  where a.job_type = p.job_type
+                                    and a.dedupe_key = p.dedupe_key
                                     and a.status in (1, 2)))
            order by p.updated_at
            limit v_limit

@@ -355,3 +355,35 @@ def test_the_command_says_what_it_adopted_and_what_it_applied(
         f"adopted {first}: installed before, recorded as applied",
         f"applied {', '.join(later)}: pyjobq schema version {SCHEMA_VERSION}",
     ]
+
+
+def test_the_upgrade_to_keys_per_job_type_keeps_every_key_where_it_was(
+    new_database: Callable[[], str],
+) -> None:
+    """Schema 3 makes a dedupe key a key of its job type. Before it, one active job per key over
+    every type: so no key is active on two types at the upgrade, and each active key stays
+    with its job, now within that job's type."""
+    target = new_database()
+    migrations = read_migrations(str(migrations_dir()))
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations[:2]))
+    with psycopg.connect(target, autocommit=True) as conn:
+        q = JobQueue(conn)
+        search = q.enqueue(1, dedupe_key="k-search").job_id
+        outbox = q.enqueue(2, dedupe_key="k-outbox").job_id
+        (claimed,) = q.claim("w", 1, job_types=[1])
+        assert claimed.job_id == search  # claimed first: RUNNING across the upgrade
+        assert q.enqueue(2, dedupe_key="k-search").job_id == search  # schema 2: the leak
+    migrate(target)
+    with psycopg.connect(target, autocommit=True) as conn:
+        q = JobQueue(conn)
+        for job_type, key, job in [(1, "k-search", search), (2, "k-outbox", outbox)]:
+            again = q.enqueue(job_type, dedupe_key=key)
+            assert (again.job_id, again.created) == (job, False)
+        other_type = q.enqueue(2, dedupe_key="k-search")
+        assert other_type.created
+        assert other_type.job_id != search
+        count = conn.execute("select count(*) from pyjobq.job").fetchone()
+    assert count == (3,)

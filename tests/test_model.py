@@ -145,11 +145,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- helpers -------------------------------------------------------------
 
-    def active_holder(self, key: str | None) -> UUID | None:
+    def active_holder(self, job_type: int, key: str | None) -> UUID | None:
+        """The active job holding ``key`` for ``job_type``: keys are per job type."""
         if key is None:
             return None
         for job in self.jobs.values():
-            if job.dedupe_key == key and job.status in (PENDING, RUNNING):
+            if (job.job_type, job.dedupe_key) == (job_type, key) and job.status in (
+                PENDING,
+                RUNNING,
+            ):
                 return job.job_id
         return None
 
@@ -216,7 +220,7 @@ class QueueMachine(RuleBasedStateMachine):
         max_attempts: int | None,
     ) -> None:
         run_after = None if delay is None else self.now + timedelta(seconds=delay)
-        holder = self.active_holder(key)
+        holder = self.active_holder(job_type, key)
         got = self.q.enqueue(job_type, {"n": 1}, priority, run_after, key, max_attempts)
         if holder is not None:
             assert (got.job_id, got.created) == (holder, False)
@@ -247,7 +251,7 @@ class QueueMachine(RuleBasedStateMachine):
         got = self.q.enqueue_many(job_type, [{"i": i} for i in range(len(keys))], keys, priority)
         assert len(got) == len(keys)
         for key, enq in zip(keys, got, strict=True):
-            holder = self.active_holder(key)
+            holder = self.active_holder(job_type, key)
             if holder is not None:
                 assert (enq.job_id, enq.created) == (holder, False)
                 continue
@@ -470,11 +474,13 @@ class QueueMachine(RuleBasedStateMachine):
         moved = self.q.redrive(ids, job_type, limit)
         assert len(moved) == len(set(moved)) <= (limit or 1000)
         assert set(moved) <= {j.job_id for j in eligible}
-        held_keys = {j.dedupe_key for j in self.jobs.values() if j.status in (PENDING, RUNNING)}
+        held_keys = {
+            (j.job_type, j.dedupe_key) for j in self.jobs.values() if j.status in (PENDING, RUNNING)
+        }
         for job_id in moved:
             job = self.jobs[job_id]
-            assert job.dedupe_key is None or job.dedupe_key not in held_keys
-            held_keys.add(job.dedupe_key)
+            assert job.dedupe_key is None or (job.job_type, job.dedupe_key) not in held_keys
+            held_keys.add((job.job_type, job.dedupe_key))
             self.jobs[job_id] = replace(
                 job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
                 worker_id=None, updated_at=self.now,
@@ -484,7 +490,7 @@ class QueueMachine(RuleBasedStateMachine):
             for job in eligible:
                 if job.job_id not in moved:
                     assert job.dedupe_key is not None, job
-                    assert job.dedupe_key in held_keys, job
+                    assert (job.job_type, job.dedupe_key) in held_keys, job
 
     @rule(indexes=st.lists(PICK, min_size=1, max_size=3), stranger=st.booleans())
     def cancel(self, indexes: list[int], stranger: bool) -> None:
@@ -537,7 +543,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def structural_invariants(self) -> None:
-        active: set[str] = set()
+        active: set[tuple[int, str]] = set()
         for job in self.jobs.values():
             assert 0 <= job.attempts_refunded <= job.attempts
             assert 0 <= tries_used(job) <= job.max_attempts
@@ -547,8 +553,9 @@ class QueueMachine(RuleBasedStateMachine):
             if job.status == PENDING:
                 assert job.worker_id is None
             if job.status in (PENDING, RUNNING) and job.dedupe_key is not None:
-                assert job.dedupe_key not in active, "two active jobs share a dedupe key"
-                active.add(job.dedupe_key)
+                held = (job.job_type, job.dedupe_key)
+                assert held not in active, "two active jobs of a type share a dedupe key"
+                active.add(held)
 
     @invariant()
     def counts_match(self) -> None:

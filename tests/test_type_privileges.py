@@ -183,3 +183,70 @@ def test_grants_are_managed_by_admins_with_checked_arguments(
     # The owner is never locked out of a type.
     (job,) = jobs(conn, OPEN, 1)
     assert conn.execute("select job_id from pyjobq.job_claim('owner', 1)").fetchall() == [(job,)]
+
+
+def enqueue_keyed(conn: Conn, job_type: int, key: str) -> tuple[Any, bool]:
+    row = one_row(
+        conn,
+        "select job_id, created from pyjobq.job_enqueue(%s, p_dedupe_key => %s)",
+        (job_type, key),
+    )
+    return row[0], row[1]
+
+
+def test_a_dedupe_key_belongs_to_its_job_type(
+    conn: Conn, teams: dict[str, str], session: Callable[..., Conn]
+) -> None:
+    """A producer of type 10 can neither read a job of type 11 through a shared key nor take
+    the key from team B: a key means "this key, for this job type"."""
+    producer_a = session("pyjobq_producer", teams["a"])
+    producer_b = session("pyjobq_producer", teams["b"])
+    b_job, b_created = enqueue_keyed(producer_b, RESTRICTED, "invoice:7")
+    a_job, a_created = enqueue_keyed(producer_a, OPEN, "invoice:7")
+    assert b_created
+    assert a_created
+    assert a_job != b_job  # not team B's job id
+    # Taken first by team A on its own type, the key still creates team B's job.
+    first_a, _ = enqueue_keyed(producer_a, OPEN, "order:9")
+    first_b, created = enqueue_keyed(producer_b, RESTRICTED, "order:9")
+    assert created
+    assert first_b != first_a
+    # Within a type the guard holds as before, and the batch form agrees.
+    assert enqueue_keyed(producer_b, RESTRICTED, "invoice:7") == (b_job, False)
+    rows = producer_a.execute(
+        "select job_id, created from pyjobq.job_enqueue_many(%s, array['{}'::jsonb, '{}'],"
+        " array['invoice:7', 'fresh'])",
+        (OPEN,),
+    ).fetchall()
+    assert rows[0] == (a_job, False)
+    assert rows[1][1] is True
+
+
+def test_a_cancel_of_another_types_job_is_not_told_to_a_worker_that_may_not_work_it(
+    conn: Conn, teams: dict[str, str], session: Callable[..., Conn]
+) -> None:
+    (job,) = jobs(conn, RESTRICTED, 1)
+    worker_b = session("pyjobq_worker", teams["b"])
+    attempt = one_row(worker_b, "select attempt from pyjobq.job_claim('b', 1)")[0]
+    conn.execute("select pyjobq.job_cancel(array[%s]::uuid[])", (job,))
+    worker_a = session("pyjobq_worker", teams["a"])
+    asked = "select cancelled from pyjobq.job_renew_lease_many('b', array[%s]::uuid[], array[%s])"
+    assert one_row(worker_a, asked, (job, attempt)) == (False,)
+    assert one_row(worker_b, asked, (job, attempt)) == (True,)
+
+
+def test_no_error_tells_a_co_worker_the_holders_token(
+    conn: Conn, session: Callable[..., Conn]
+) -> None:
+    """Two members of the worker group: the one that holds no lease learns neither the holder's
+    worker id nor its attempt from being refused, so it cannot forge the holder's calls."""
+    (job,) = jobs(conn, 1, 1)
+    holder, co_worker = session("pyjobq_worker"), session("pyjobq_worker")
+    one_row(holder, "select attempt from pyjobq.job_claim('holder-7f3a', 1)")
+    with pytest.raises(psycopg.Error) as refused:
+        co_worker.execute("select pyjobq.job_complete(%s, 'prober', 2)", (job,))
+    assert refused.value.sqlstate == "JQ001"
+    diag = refused.value.diag
+    told = " ".join(filter(None, [diag.message_primary, diag.message_detail, diag.message_hint]))
+    assert "holder-7f3a" not in told
+    assert "attempt 1" not in told

@@ -25,6 +25,8 @@ class WorkerMetrics:
     retried: int = 0
     dead: int = 0
     timed_out: int = 0
+    # Sync handlers that went on running in their thread after their timeout.
+    lingering_threads: int = 0
     lease_lost: int = 0
     cancelled: int = 0
     released: int = 0

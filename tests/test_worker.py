@@ -290,3 +290,4 @@ def test_a_cancelled_job_stops_its_handler_and_the_worker_carries_on(
         "select status, result from pyjobq.job where job_id = any (%s)", ([long_sync, long_async],)
     ).fetchall()
     assert rows == [(5, None), (5, None)]  # CANCELLED, and nothing the attempts returned
+

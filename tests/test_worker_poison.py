@@ -321,3 +321,39 @@ def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
     assert all("8 of 8 leases not renewed" in m for m in rounds[:3]), rounds
     per_job = [m for m in caplog.messages if "renew_lease failed:" in m]
     assert per_job == []
+
+
+def test_hung_sync_handlers_past_their_timeout_do_not_eat_the_worker(dsn: str, db: Conn) -> None:
+    """As many hung sync handlers as the worker has runners: each keeps its thread after its
+    timeout (a thread cannot be interrupted), a new thread takes its place, and every normal job
+    behind them runs."""
+    concurrency = 4
+    release = threading.Event()
+
+    def handler(job: ClaimedJob) -> Any:
+        if job.payload.get("hang"):
+            release.wait(120)
+        return {"n": job.payload["n"]}
+
+    q = JobQueue(db)
+    hang = [{"n": -1, "hang": True}] * concurrency
+    hung = q.enqueue_many(JobType.SEARCH, hang, priority=0, max_attempts=1)
+    q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)], max_attempts=1)
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=concurrency, job_timeout=0.5)
+    try:
+        with running(worker) as r:
+            wait_for(
+                lambda: statuses(db) == {3: GOOD, 4: concurrency},
+                "every normal job DONE, the hung ones DEAD",
+            )
+            metrics = r.stop()
+    finally:
+        release.set()
+    rows = db.execute(
+        "select status, attempts, result->'n' = payload->'n' from pyjobq.job"
+        " where not job_id = any (%s)",
+        ([e.job_id for e in hung],),
+    ).fetchall()
+    assert rows == [(3, 1, True)] * GOOD
+    assert metrics.timed_out == concurrency
+    assert metrics.lingering_threads == concurrency

@@ -159,8 +159,9 @@ def worker(
     if metrics_file:
         with open(metrics_file, "w") as f:
             json.dump({"worker_id": w.worker_id, **metrics.as_dict()}, f)
-    if w.abandoned:
-        # Handler threads still running: do not wait for them, their leases will expire.
+    if w.abandoned or w.lingering_threads:
+        # Handler threads still running (abandoned at shutdown, or past their timeout): do not
+        # wait for them; the leases of abandoned jobs will expire.
         logging.shutdown()
         os._exit(w.exit_code)
     if w.crashed is not None:

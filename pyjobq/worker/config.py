@@ -77,6 +77,10 @@ class WorkerConfig:
         flag=("--no-prepare",),
         off_help="no server-side prepared statements (PgBouncer < 1.21 in transaction mode)",
     )  # fmt: skip
+    max_lingering_threads: int | None = _setting(
+        None, "threads a sync handler past job_timeout may keep while a new thread takes its "
+        "place (default: concurrency)", low=0, high=1000, flag=("--max-lingering-threads",),
+    )  # fmt: skip
     flush_delay: float = _setting(
         0.01, "seconds a finished job may wait for others to complete with it", low=0
     )

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import cast
 
 from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob
 from pyjobq.storable import UnstorableResult, encode_result
 from pyjobq.worker.claiming import Claimer
+from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry
 from pyjobq.worker.state import Held, WorkerState
 
 SyncHandler = Callable[[ClaimedJob], Payload | None]
 AsyncHandler = Callable[[ClaimedJob], Awaitable[Payload | None]]
 Handler = SyncHandler | AsyncHandler
+
+log = logging.getLogger("pyjobq.worker")
 
 
 def is_async(handler: Handler) -> bool:
@@ -46,6 +51,10 @@ class Runner:
         self.handlers = handlers
         self.executor = executor
         self.job_timeout = state.config.job_timeout
+        # Threads still held by sync handlers past their timeout (see linger), and how many
+        # the executor has beyond one per runner to take their place.
+        self.lingering = 0
+        self.spare_threads = lingering_limit(state.config)
 
     async def run(self) -> None:
         """One runner: until the worker drains and the buffer is empty."""
@@ -90,16 +99,14 @@ class Runner:
                     finally:
                         self.outcomes.end_cancellable(held)
                 else:
-                    loop = asyncio.get_running_loop()
-                    held.task = loop.run_in_executor(self.executor, handler, job)
+                    held.task = self.in_thread(held, handler)
                     result = await held.task
             else:
                 if is_async_job:
                     coro: Awaitable[Payload | None] = handler(job)  # type: ignore[assignment]
                     held.task = asyncio.ensure_future(coro)
                 else:
-                    loop = asyncio.get_running_loop()
-                    held.task = loop.run_in_executor(self.executor, handler, job)
+                    held.task = self.in_thread(held, handler)
                 result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
         except asyncio.CancelledError:
             if not held.cancelled:
@@ -115,6 +122,8 @@ class Runner:
                 return
             held.task.cancel()
             s.metrics.timed_out += 1
+            if not is_async_job:
+                self.linger(held)
             timeout = TimeoutError(f"handler did not finish within {self.job_timeout}s")
             timeout.__cause__ = e
             await self.outcomes.fail(held, timeout, None, False)
@@ -133,3 +142,45 @@ class Runner:
             s.have_done.set()
             if len(s.done) >= self.claimer.flush_at:
                 s.flush_now.set()
+
+    def in_thread(self, held: Held, handler: Handler) -> asyncio.Future[Payload | None]:
+        """Run a sync handler in the pool; ``held.thread`` keeps the thread's own future, since
+        only it tells when the thread is free again."""
+        if self.executor is None:
+            raise RuntimeError("a sync handler, yet no thread pool")
+        sync = cast(SyncHandler, handler)
+        held.thread = self.executor.submit(sync, held.job)
+        return asyncio.wrap_future(held.thread)
+
+    def linger(self, held: Held) -> None:
+        """A sync handler ran past its timeout: its attempt has failed, but a thread cannot be
+        interrupted, so it keeps its thread until it returns. One of the pool's spare threads
+        takes its place; once they are all held, the worker runs with fewer threads than
+        runners, and says so, until a lingering handler returns."""
+        if held.thread is None:
+            return
+        s, loop = self.state, asyncio.get_running_loop()
+        self.lingering += 1
+        s.metrics.lingering_threads += 1
+        short = self.lingering > self.spare_threads
+        log.log(
+            logging.ERROR if short else logging.WARNING,
+            "handler past its timeout still holds its thread: %d threads held, %d spare%s",
+            self.lingering,
+            self.spare_threads,
+            ": fewer threads than runners until one returns" if short else "",
+            extra=s.extra(held.job),
+        )
+        held.thread.add_done_callback(lambda _: loop.call_soon_threadsafe(self.returned))
+
+    def returned(self) -> None:
+        """A lingering handler returned: its thread is free again (what it returned is
+        dropped, its attempt failed at the timeout)."""
+        self.lingering -= 1
+
+
+def lingering_limit(config: WorkerConfig) -> int:
+    """How many threads the pool has beyond one per runner, for lingering handlers."""
+    if config.max_lingering_threads is None:
+        return config.concurrency
+    return config.max_lingering_threads

@@ -24,7 +24,7 @@ from pyjobq.worker.completing import Completer
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.leases import Heartbeat, Reaper
 from pyjobq.worker.outcomes import Outcomes
-from pyjobq.worker.running import Handler, Runner, is_async
+from pyjobq.worker.running import Handler, Runner, is_async, lingering_limit
 from pyjobq.worker.shutdown import EXIT_DRAINED, EXIT_UNFINISHED, Drain, with_signals
 from pyjobq.worker.state import WorkerState
 
@@ -84,6 +84,7 @@ class Worker:
         self._claimer = Claimer(self._state, self.job_types)
         self._outcomes = Outcomes(self._state, self._async_types)
         self._drain = Drain(self._state, self._claimer)
+        self._runner: Runner | None = None
 
     # -- what a caller reads -------------------------------------------------
 
@@ -96,6 +97,11 @@ class Worker:
     def crashed(self) -> BaseException | None:
         """The defect that stopped the worker, if an internal task failed."""
         return self._state.crashed
+
+    @property
+    def lingering_threads(self) -> int:
+        """Threads still held by sync handlers that ran past their timeout."""
+        return 0 if self._runner is None else self._runner.lingering
 
     @property
     def exit_code(self) -> int:
@@ -154,8 +160,10 @@ class Worker:
         s.queue = AsyncJobQueue(pool)
         executor = None
         if len(self._async_types) < len(self.handlers):
-            executor = ThreadPoolExecutor(config.concurrency, thread_name_prefix="pyjobq-job")
-        runner = Runner(s, self._claimer, self._outcomes, self.handlers, executor)
+            # One thread per runner, and spares for handlers lingering past their timeout.
+            threads = config.concurrency + lingering_limit(config)
+            executor = ThreadPoolExecutor(threads, thread_name_prefix="pyjobq-job")
+        self._runner = runner = Runner(s, self._claimer, self._outcomes, self.handlers, executor)
         tasks = {
             "claimer": s.spawn(self._claimer.run()),
             "completer": s.spawn(Completer(s, self._outcomes).run()),

@@ -13,6 +13,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,6 +62,8 @@ class Held:
     task: asyncio.Future[Any] | None = field(default=None, repr=False)
     # The runner's own task while it awaits an async handler in it (no job_timeout).
     runner: asyncio.Task[Any] | None = field(default=None, repr=False)
+    # The pool thread's future of a sync handler: done only when the thread is free again.
+    thread: Future[Any] | None = field(default=None, repr=False)
 
 
 class WorkerState:

@@ -291,3 +291,27 @@ def test_a_cancelled_job_stops_its_handler_and_the_worker_carries_on(
     ).fetchall()
     assert rows == [(5, None), (5, None)]  # CANCELLED, and nothing the attempts returned
 
+
+def test_run_works_off_the_main_thread_and_stop_comes_from_any_thread(dsn: str, db: Conn) -> None:
+    """A program that runs the worker in a thread of its own: no signal handlers there, and
+    stop() from the thread that started it drains the worker."""
+    worker = Worker(dsn, {JobType.SEARCH: ok}, concurrency=2)
+    outcome: list[Any] = []
+
+    def main() -> None:
+        try:
+            outcome.append(worker.run())
+        except BaseException as e:  # surfaced below
+            outcome.append(e)
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    wait_for(lambda: worker.ready.is_set() or outcome, "the worker to start in its thread")
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(20)])
+    wait_for(lambda: statuses(db) == {3: 20}, "every job DONE")
+    worker.stop()
+    thread.join(60)
+    assert not thread.is_alive(), "the worker did not stop"
+    (metrics,) = outcome
+    assert not isinstance(metrics, BaseException), metrics
+    assert metrics.completed == 20

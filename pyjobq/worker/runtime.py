@@ -132,16 +132,19 @@ class Worker:
     # -- control -------------------------------------------------------------
 
     def stop(self, graceful: bool = True) -> None:
-        """Ask the worker to stop: drain (default) or stop at once. Safe from the loop only."""
+        """Ask the worker to stop: drain (default) or stop at once. Safe from any thread."""
         self._state.stop(graceful)
 
     def run(self) -> WorkerMetrics:
-        """Run until SIGTERM/SIGINT (a second signal stops at once); returns the metrics."""
+        """Run until SIGTERM/SIGINT (a second signal stops at once), or until :meth:`stop`;
+        returns the metrics. In a thread other than the main one there are no signals: the
+        thread that started it calls :meth:`stop`."""
         return asyncio.run(with_signals(self._state, self.serve))
 
     async def serve(self) -> WorkerMetrics:
         """Run until :meth:`stop`; returns the metrics. The coroutine form of :meth:`run`."""
         s, config = self._state, self.config
+        s.loop = asyncio.get_running_loop()
         await self._probe()
         pool: AsyncConnectionPool
         if isinstance(self.source, str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,7 +26,12 @@ log = logging.getLogger("pyjobq.worker")
 
 
 async def with_signals(state: WorkerState, serve: Callable[[], Awaitable[T]]) -> T:
-    """Await ``serve()`` with SIGTERM and SIGINT asking for a drain (a second: a hard stop)."""
+    """Await ``serve()`` with SIGTERM and SIGINT asking for a drain (a second: a hard stop).
+
+    Only the main thread may take signals: in any other thread the worker runs without them,
+    and whoever started it stops it with :meth:`~pyjobq.worker.Worker.stop`."""
+    if threading.current_thread() is not threading.main_thread():
+        return await serve()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, state, signum)

@@ -98,6 +98,8 @@ class WorkerState:
         self.closing = False
         # Set when an internal task failed and stopped the worker (the CLI then exits 1).
         self.crashed: BaseException | None = None
+        # The loop the worker runs on, once it runs: stop() from another thread goes through it.
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._queue: AsyncJobQueue | None = None
 
     @property
@@ -111,7 +113,12 @@ class WorkerState:
         self._queue = queue
 
     def stop(self, graceful: bool = True) -> None:
-        """Ask the worker to stop: drain (default) or stop at once. Safe from the loop only."""
+        """Ask the worker to stop: drain (default) or stop at once. From any thread: called
+        outside the worker's loop, the request is handed to that loop."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            loop.call_soon_threadsafe(self.stop, graceful)
+            return
         self.stop_requested.set()
         if not graceful:
             self.hard_stop.set()
@@ -175,6 +182,13 @@ class WorkerState:
         if job is not None:
             extra.update(job_id=str(job.job_id), job_type=job.job_type, attempt=job.attempt)
         return extra
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class suppress_timeout:

@@ -101,7 +101,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 3
+  select 4
 $$;
 
 comment on function pyjobq.schema_version() is

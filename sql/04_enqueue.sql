@@ -64,9 +64,7 @@ begin
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
-      if v_run_after < v_now then
-        perform pyjobq._claim_fronts_void();  -- may sort before a claim front
-      end if;
+      perform pyjobq._pending_from(v_run_after, v_now, true);
       if v_run_after <= v_now then
         perform pg_notify('pyjobq_job', p_job_type::text);
       end if;
@@ -150,9 +148,7 @@ begin
     end if;
   end if;
 
-  if v_run_after < v_now then
-    perform pyjobq._claim_fronts_void();  -- the jobs may sort before a claim front
-  end if;
+  perform pyjobq._pending_from(v_run_after, v_now, true);
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
   -- drawn beforehand are the answer, in input order, without a row-by-row loop.

@@ -12,8 +12,10 @@
 -- New jobs sort after it (seq grows, run_after >= now), except jobs of a more
 -- urgent priority, which job_claim looks for separately, and jobs that a
 -- change puts back before it (release, a past run_after, redrive, a retry due
--- at once): those call _claim_fronts_void(), which voids every front of every
--- session. When the part after the front cannot fill the batch, the scan from
+-- at once). Every change that makes a job PENDING takes the time it is due
+-- from _pending_from (below), which voids every front of every session when
+-- the job can sort before one: the one way into PENDING, so that no transition
+-- can forget it. When the part after the front cannot fill the batch, the scan from
 -- the head fills it, so an emptying queue is answered exactly as without one.
 --
 -- Correctness rests on the head scan and the lifetime, not on the epoch, which
@@ -45,19 +47,44 @@ create type pyjobq.claim_front as (
 comment on type pyjobq.claim_front is
   'Where a session''s last claim ended, and whether that still holds; see the section "Claim fronts".';
 
-create function pyjobq._claim_fronts_void()
-returns void
+-- The one way into PENDING. Each change that makes a job PENDING, a new one
+-- or one claimed before, passes the time it is due through _pending_from, or
+-- through _retry_at, which adds the backoff first. A job with an old seq due by
+-- now, or a new one due before now, can sort before a claim front, so this is
+-- where fronts are voided. (A job of a more urgent priority sorts before a
+-- front whenever it is due; job_claim looks for those separately.)
+create function pyjobq._pending_from(p_run_after timestamptz, p_now timestamptz, p_new boolean)
+returns timestamptz
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  perform nextval('pyjobq.job_claim_epoch');  -- never rolled back, no row lock
+  if p_run_after < p_now or (p_run_after = p_now and not p_new) then
+    perform nextval('pyjobq.job_claim_epoch');  -- voids every front; never rolled back, no row lock
+  end if;
+  return p_run_after;
 end;
 $$;
 
-comment on function pyjobq._claim_fronts_void() is
-  'Voids the claim front of every session: called by each change that can make a job PENDING before one.';
+comment on function pyjobq._pending_from(timestamptz, timestamptz, boolean) is
+  'Returns p_run_after, the time a job becoming PENDING at p_now is due (p_new: a new job, with a new seq), '
+  'after voiding every session''s claim front if the job can sort before one. Every change to PENDING calls it.';
+
+create function pyjobq._retry_at(p_tries_used int, p_delay interval, p_now timestamptz)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq.retry_backoff(p_tries_used)), p_now, false);
+end;
+$$;
+
+comment on function pyjobq._retry_at(int, interval, timestamptz) is
+  'When a failed or reaped job is due again: p_now plus p_delay or, when null, retry_backoff(p_tries_used); '
+  'through _pending_from.';
 
 create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
 returns void
@@ -124,11 +151,16 @@ comment on function pyjobq._claim_front_read(text, bigint) is
   'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
   'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
 
-create function pyjobq.job_claim(
+-- The claim itself, once job_claim has checked its arguments and privileges:
+-- resume from this session's claim front (or scan from the head), pick with
+-- SKIP LOCKED and update in one statement, and write the new front. The front
+-- is read and written here only.
+create function pyjobq._claim_pick(
   p_worker_id text,
-  p_limit int default null,
-  p_lease_seconds int default null,
-  p_job_types int[] default null
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
 )
 returns table (
   job_id uuid,
@@ -144,7 +176,6 @@ returns table (
 )
 language plpgsql
 volatile
-security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
@@ -156,12 +187,7 @@ set enable_sort = off
 set jit = off
 as $$
 declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 1);
-  v_lease int := coalesce(p_lease_seconds, 300);
-  v_types smallint[];
-  v_denied smallint[];
-  v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
+  v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
   v_bounded boolean;
   -- Without a front these match nothing yet keep every scan an index scan.
@@ -174,35 +200,9 @@ declare
   v_claimed int := 0;
   v_from_head int := 0;
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
-  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
-  if p_job_types is null then
-    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
-  elsif exists (select 1
-                  from unnest(p_job_types) as u(code)
-                 where u.code is null or u.code not between 1 and 32767) then
-    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
-      using errcode = '22023',
-            hint = 'Pass null to claim every registered type.';
-  else
-    v_types := p_job_types::smallint[];
-  end if;
-  -- Types whose work privilege names roles the caller is not in: left out of
-  -- "every type", refused when asked for by code.
-  v_denied := pyjobq._denied_types('work');
-  if cardinality(v_denied) > 0 then
-    if p_job_types is null then
-      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
-    else
-      perform pyjobq._check_privilege('work', v_types::int[]);
-    end if;
-  end if;
-
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
-  v_front := pyjobq._claim_front_read(v_types::text, v_now_us);
+  v_front := pyjobq._claim_front_read(p_types::text, v_now_us);
   v_bounded := v_front.seq is not null;
   if v_bounded then
     v_priority := v_front.priority;
@@ -222,10 +222,10 @@ begin
       from pyjobq.job c
      where c.status = 1
        and c.priority < v_priority
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
      order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then v_limit else 0 end
+     limit case when v_bounded then p_limit else 0 end
        for update skip locked
   ),
   after as materialized (
@@ -233,24 +233,24 @@ begin
       from pyjobq.job c
      where c.status = 1
        and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
      order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then v_limit else 0 end
+     limit case when v_bounded then p_limit else 0 end
        for update skip locked
   ),
   head as materialized (
     select c.job_id, 3 as part
       from pyjobq.job c
      where c.status = 1
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
        and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
      order by c.priority, c.run_after, c.seq
-     limit v_limit
+     limit p_limit
        for update skip locked
   ),
-  -- CTEs run as far as they are read: once v_limit jobs are picked, the
+  -- CTEs run as far as they are read: once p_limit jobs are picked, the
   -- scans not yet reached never start and lock nothing.
   picked as (
     (select a.job_id, a.part from ahead a
@@ -258,16 +258,16 @@ begin
      select f.job_id, f.part from after f
      union all
      select h.job_id, h.part from head h)
-    limit v_limit
+    limit p_limit
   ),
   claimed as (
     update pyjobq.job j
        set status = 2,
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
-           lease_until = v_now + make_interval(secs => v_lease),
-           run_started_at = v_now,
-           updated_at = v_now
+           lease_until = p_now + make_interval(secs => p_lease),
+           run_started_at = p_now,
+           updated_at = p_now
       from picked p
      where j.job_id = p.job_id
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
@@ -303,9 +303,73 @@ begin
   end if;
   if v_claimed > 0 then
     perform pyjobq._claim_front_write(row(
-      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, v_types::text,
+      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
       v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
   end if;
+end;
+$$;
+
+comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
+  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
+  'resuming from this session''s claim front, and writes the new front.';
+
+create function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz
+)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+  v_denied smallint[];
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
+  elsif exists (select 1
+                  from unnest(p_job_types) as u(code)
+                 where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null to claim every registered type.';
+  else
+    v_types := p_job_types::smallint[];
+  end if;
+  -- Types whose work privilege names roles the caller is not in: left out of
+  -- "every type", refused when asked for by code.
+  v_denied := pyjobq._denied_types('work');
+  if cardinality(v_denied) > 0 then
+    if p_job_types is null then
+      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
+    else
+      perform pyjobq._check_privilege('work', v_types::int[]);
+    end if;
+  end if;
+
+  return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
 end;
 $$;
 

@@ -156,7 +156,7 @@ begin
   update pyjobq.job j
      set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
          run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts - j.attempts_refunded)) end,
+                          else pyjobq._retry_at(j.attempts - j.attempts_refunded, v_delay, v_now) end,
          worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
@@ -169,9 +169,6 @@ begin
   returning j.status::int, j.run_after into status, run_after;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
-  end if;
-  if p_retry_delay_seconds = 0 and status = 1 then
-    perform pyjobq._claim_fronts_void();  -- due at once: may sort before a claim front
   end if;
   return next;
 end;
@@ -306,7 +303,6 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
-  v_any boolean := false;
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
@@ -314,7 +310,7 @@ begin
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
 
-  for job_id, released in
+  return query
     with input as (
       select u.id, u.attempt, u.ord
         from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
@@ -324,6 +320,9 @@ begin
          -- A job whose counter is spent can never be claimed again: DEAD.
          set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
                            then 4 else 1 end,
+             -- Back at its old place in the queue, before claim fronts.
+             run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                              then j.run_after else pyjobq._pending_from(j.run_after, v_now, false) end,
              attempts_refunded = j.attempts_refunded + 1,
              worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
                               then j.worker_id end,
@@ -341,14 +340,7 @@ begin
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
       from input i
-     order by i.ord
-  loop
-    v_any := v_any or released;
-    return next;
-  end loop;
-  if v_any then
-    perform pyjobq._claim_fronts_void();  -- back at their old places, before claim fronts
-  end if;
+     order by i.ord;
 end;
 $$;
 
@@ -415,7 +407,7 @@ begin
                          then 4 else 1 end,
            run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
                             then j.run_after
-                            else v_now + pyjobq.retry_backoff(j.attempts - j.attempts_refunded) end,
+                            else pyjobq._retry_at(j.attempts - j.attempts_refunded, null, v_now) end,
            -- Cleared even for DEAD: the worker that lost the lease gets JQ001
            -- (lease_lost), never JQ003, which means "your attempt finished it".
            worker_id = null,

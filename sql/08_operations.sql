@@ -29,7 +29,7 @@ as $$
     update pyjobq.job j
        set status = 1,
            attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
-           run_after = p_now,
+           run_after = pyjobq._pending_from(p_now, p_now, false),  -- with its old seq
            worker_id = null,
            result = null,
            updated_at = p_now
@@ -111,7 +111,6 @@ begin
   end;
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
-    perform pyjobq._claim_fronts_void();  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;
 end;

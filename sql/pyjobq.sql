@@ -112,7 +112,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 3
+  select 4
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -813,9 +813,7 @@ begin
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null then
-      if v_run_after < v_now then
-        perform pyjobq._claim_fronts_void();  -- may sort before a claim front
-      end if;
+      perform pyjobq._pending_from(v_run_after, v_now, true);
       if v_run_after <= v_now then
         perform pg_notify('pyjobq_job', p_job_type::text);
       end if;
@@ -899,9 +897,7 @@ begin
     end if;
   end if;
 
-  if v_run_after < v_now then
-    perform pyjobq._claim_fronts_void();  -- the jobs may sort before a claim front
-  end if;
+  perform pyjobq._pending_from(v_run_after, v_now, true);
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
   -- drawn beforehand are the answer, in input order, without a row-by-row loop.
@@ -995,8 +991,10 @@ comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamp
 -- New jobs sort after it (seq grows, run_after >= now), except jobs of a more
 -- urgent priority, which job_claim looks for separately, and jobs that a
 -- change puts back before it (release, a past run_after, redrive, a retry due
--- at once): those call _claim_fronts_void(), which voids every front of every
--- session. When the part after the front cannot fill the batch, the scan from
+-- at once). Every change that makes a job PENDING takes the time it is due
+-- from _pending_from (below), which voids every front of every session when
+-- the job can sort before one: the one way into PENDING, so that no transition
+-- can forget it. When the part after the front cannot fill the batch, the scan from
 -- the head fills it, so an emptying queue is answered exactly as without one.
 --
 -- Correctness rests on the head scan and the lifetime, not on the epoch, which
@@ -1028,19 +1026,44 @@ create type pyjobq.claim_front as (
 comment on type pyjobq.claim_front is
   'Where a session''s last claim ended, and whether that still holds; see the section "Claim fronts".';
 
-create function pyjobq._claim_fronts_void()
-returns void
+-- The one way into PENDING. Each change that makes a job PENDING, a new one
+-- or one claimed before, passes the time it is due through _pending_from, or
+-- through _retry_at, which adds the backoff first. A job with an old seq due by
+-- now, or a new one due before now, can sort before a claim front, so this is
+-- where fronts are voided. (A job of a more urgent priority sorts before a
+-- front whenever it is due; job_claim looks for those separately.)
+create function pyjobq._pending_from(p_run_after timestamptz, p_now timestamptz, p_new boolean)
+returns timestamptz
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  perform nextval('pyjobq.job_claim_epoch');  -- never rolled back, no row lock
+  if p_run_after < p_now or (p_run_after = p_now and not p_new) then
+    perform nextval('pyjobq.job_claim_epoch');  -- voids every front; never rolled back, no row lock
+  end if;
+  return p_run_after;
 end;
 $$;
 
-comment on function pyjobq._claim_fronts_void() is
-  'Voids the claim front of every session: called by each change that can make a job PENDING before one.';
+comment on function pyjobq._pending_from(timestamptz, timestamptz, boolean) is
+  'Returns p_run_after, the time a job becoming PENDING at p_now is due (p_new: a new job, with a new seq), '
+  'after voiding every session''s claim front if the job can sort before one. Every change to PENDING calls it.';
+
+create function pyjobq._retry_at(p_tries_used int, p_delay interval, p_now timestamptz)
+returns timestamptz
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq.retry_backoff(p_tries_used)), p_now, false);
+end;
+$$;
+
+comment on function pyjobq._retry_at(int, interval, timestamptz) is
+  'When a failed or reaped job is due again: p_now plus p_delay or, when null, retry_backoff(p_tries_used); '
+  'through _pending_from.';
 
 create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
 returns void
@@ -1107,11 +1130,16 @@ comment on function pyjobq._claim_front_read(text, bigint) is
   'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
   'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
 
-create function pyjobq.job_claim(
+-- The claim itself, once job_claim has checked its arguments and privileges:
+-- resume from this session's claim front (or scan from the head), pick with
+-- SKIP LOCKED and update in one statement, and write the new front. The front
+-- is read and written here only.
+create function pyjobq._claim_pick(
   p_worker_id text,
-  p_limit int default null,
-  p_lease_seconds int default null,
-  p_job_types int[] default null
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
 )
 returns table (
   job_id uuid,
@@ -1127,7 +1155,6 @@ returns table (
 )
 language plpgsql
 volatile
-security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
@@ -1139,12 +1166,7 @@ set enable_sort = off
 set jit = off
 as $$
 declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 1);
-  v_lease int := coalesce(p_lease_seconds, 300);
-  v_types smallint[];
-  v_denied smallint[];
-  v_now_us bigint := (extract(epoch from v_now) * 1000000)::bigint;
+  v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
   v_bounded boolean;
   -- Without a front these match nothing yet keep every scan an index scan.
@@ -1157,35 +1179,9 @@ declare
   v_claimed int := 0;
   v_from_head int := 0;
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
-  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
-  if p_job_types is null then
-    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
-  elsif exists (select 1
-                  from unnest(p_job_types) as u(code)
-                 where u.code is null or u.code not between 1 and 32767) then
-    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
-      using errcode = '22023',
-            hint = 'Pass null to claim every registered type.';
-  else
-    v_types := p_job_types::smallint[];
-  end if;
-  -- Types whose work privilege names roles the caller is not in: left out of
-  -- "every type", refused when asked for by code.
-  v_denied := pyjobq._denied_types('work');
-  if cardinality(v_denied) > 0 then
-    if p_job_types is null then
-      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
-    else
-      perform pyjobq._check_privilege('work', v_types::int[]);
-    end if;
-  end if;
-
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
-  v_front := pyjobq._claim_front_read(v_types::text, v_now_us);
+  v_front := pyjobq._claim_front_read(p_types::text, v_now_us);
   v_bounded := v_front.seq is not null;
   if v_bounded then
     v_priority := v_front.priority;
@@ -1205,10 +1201,10 @@ begin
       from pyjobq.job c
      where c.status = 1
        and c.priority < v_priority
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
      order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then v_limit else 0 end
+     limit case when v_bounded then p_limit else 0 end
        for update skip locked
   ),
   after as materialized (
@@ -1216,24 +1212,24 @@ begin
       from pyjobq.job c
      where c.status = 1
        and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
      order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then v_limit else 0 end
+     limit case when v_bounded then p_limit else 0 end
        for update skip locked
   ),
   head as materialized (
     select c.job_id, 3 as part
       from pyjobq.job c
      where c.status = 1
-       and c.run_after <= v_now
-       and c.job_type = any (v_types)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
        and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
      order by c.priority, c.run_after, c.seq
-     limit v_limit
+     limit p_limit
        for update skip locked
   ),
-  -- CTEs run as far as they are read: once v_limit jobs are picked, the
+  -- CTEs run as far as they are read: once p_limit jobs are picked, the
   -- scans not yet reached never start and lock nothing.
   picked as (
     (select a.job_id, a.part from ahead a
@@ -1241,16 +1237,16 @@ begin
      select f.job_id, f.part from after f
      union all
      select h.job_id, h.part from head h)
-    limit v_limit
+    limit p_limit
   ),
   claimed as (
     update pyjobq.job j
        set status = 2,
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
-           lease_until = v_now + make_interval(secs => v_lease),
-           run_started_at = v_now,
-           updated_at = v_now
+           lease_until = p_now + make_interval(secs => p_lease),
+           run_started_at = p_now,
+           updated_at = p_now
       from picked p
      where j.job_id = p.job_id
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
@@ -1286,9 +1282,73 @@ begin
   end if;
   if v_claimed > 0 then
     perform pyjobq._claim_front_write(row(
-      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, v_types::text,
+      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
       v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
   end if;
+end;
+$$;
+
+comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
+  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
+  'resuming from this session''s claim front, and writes the new front.';
+
+create function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz
+)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+  v_denied smallint[];
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
+  elsif exists (select 1
+                  from unnest(p_job_types) as u(code)
+                 where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null to claim every registered type.';
+  else
+    v_types := p_job_types::smallint[];
+  end if;
+  -- Types whose work privilege names roles the caller is not in: left out of
+  -- "every type", refused when asked for by code.
+  v_denied := pyjobq._denied_types('work');
+  if cardinality(v_denied) > 0 then
+    if p_job_types is null then
+      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
+    else
+      perform pyjobq._check_privilege('work', v_types::int[]);
+    end if;
+  end if;
+
+  return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
 end;
 $$;
 
@@ -1457,7 +1517,7 @@ begin
   update pyjobq.job j
      set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
          run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else v_now + coalesce(v_delay, pyjobq.retry_backoff(j.attempts - j.attempts_refunded)) end,
+                          else pyjobq._retry_at(j.attempts - j.attempts_refunded, v_delay, v_now) end,
          worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
@@ -1470,9 +1530,6 @@ begin
   returning j.status::int, j.run_after into status, run_after;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
-  end if;
-  if p_retry_delay_seconds = 0 and status = 1 then
-    perform pyjobq._claim_fronts_void();  -- due at once: may sort before a claim front
   end if;
   return next;
 end;
@@ -1607,7 +1664,6 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_count int := coalesce(cardinality(p_job_ids), 0);
-  v_any boolean := false;
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
@@ -1615,7 +1671,7 @@ begin
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
 
-  for job_id, released in
+  return query
     with input as (
       select u.id, u.attempt, u.ord
         from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
@@ -1625,6 +1681,9 @@ begin
          -- A job whose counter is spent can never be claimed again: DEAD.
          set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
                            then 4 else 1 end,
+             -- Back at its old place in the queue, before claim fronts.
+             run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
+                              then j.run_after else pyjobq._pending_from(j.run_after, v_now, false) end,
              attempts_refunded = j.attempts_refunded + 1,
              worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
                               then j.worker_id end,
@@ -1642,14 +1701,7 @@ begin
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
       from input i
-     order by i.ord
-  loop
-    v_any := v_any or released;
-    return next;
-  end loop;
-  if v_any then
-    perform pyjobq._claim_fronts_void();  -- back at their old places, before claim fronts
-  end if;
+     order by i.ord;
 end;
 $$;
 
@@ -1716,7 +1768,7 @@ begin
                          then 4 else 1 end,
            run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
                             then j.run_after
-                            else v_now + pyjobq.retry_backoff(j.attempts - j.attempts_refunded) end,
+                            else pyjobq._retry_at(j.attempts - j.attempts_refunded, null, v_now) end,
            -- Cleared even for DEAD: the worker that lost the lease gets JQ001
            -- (lease_lost), never JQ003, which means "your attempt finished it".
            worker_id = null,
@@ -2206,7 +2258,7 @@ as $$
     update pyjobq.job j
        set status = 1,
            attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
-           run_after = p_now,
+           run_after = pyjobq._pending_from(p_now, p_now, false),  -- with its old seq
            worker_id = null,
            result = null,
            updated_at = p_now
@@ -2288,7 +2340,6 @@ begin
   end;
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
-    perform pyjobq._claim_fronts_void();  -- due now, with its old seq: may sort before a front
     perform pg_notify('pyjobq_job', '');
   end if;
 end;

@@ -77,6 +77,8 @@ class AsyncJobQueue:
 
     def __init__(self, source: psycopg.AsyncConnection[Any] | AsyncConnectionPool) -> None:
         self._source = source
+        # Job type codes by name, as job_type_code answered: a registered type keeps its code.
+        self._codes: dict[str, int] = {}
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -116,20 +118,22 @@ class AsyncJobQueue:
 
     async def enqueue(
         self,
-        job_type: int,
+        job_type: int | str,
         payload: Payload | None = None,
         priority: int | None = None,
         run_after: datetime | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
     ) -> Enqueued:
-        """``job_enqueue``: add one PENDING job, or return the active job holding ``dedupe_key``."""
-        params = (job_type, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
+        """``job_enqueue``: add one PENDING job, or return the active job of its type holding
+        ``dedupe_key``. ``job_type`` is a code or a registered name (see :meth:`type_code`)."""
+        code = await self._code(job_type)
+        params = (code, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
         return await self._one(Enqueued, statements.ENQUEUE, params)
 
     async def enqueue_many(
         self,
-        job_type: int,
+        job_type: int | str,
         payloads: Sequence[Payload],
         dedupe_keys: Sequence[str | None] | None = None,
         priority: int | None = None,
@@ -141,7 +145,8 @@ class AsyncJobQueue:
         Returns one :class:`Enqueued` per payload, in input order.
         """
         keys = optional_list(dedupe_keys)
-        params = (job_type, jsonb_document(payloads), keys, priority, run_after, max_attempts)
+        code = await self._code(job_type)
+        params = (code, jsonb_document(payloads), keys, priority, run_after, max_attempts)
         return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
     async def claim(
@@ -149,7 +154,7 @@ class AsyncJobQueue:
         worker_id: str,
         limit: int | None = None,
         lease_seconds: int | None = None,
-        job_types: Sequence[int] | None = None,
+        job_types: Sequence[int | str] | None = None,
     ) -> list[ClaimedJob]:
         """``job_claim``: atomically lease up to ``limit`` due jobs to ``worker_id``.
 
@@ -157,7 +162,8 @@ class AsyncJobQueue:
         concurrent claimers never get the same job. An empty list means nothing
         is due.
         """
-        params = (worker_id, limit, lease_seconds, optional_list(job_types))
+        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        params = (worker_id, limit, lease_seconds, codes)
         return await self._rows(ClaimedJob, statements.CLAIM, params)
 
     async def complete(
@@ -254,7 +260,7 @@ class AsyncJobQueue:
 
     async def list_jobs(
         self,
-        job_type: int | None = None,
+        job_type: int | str | None = None,
         status: int | None = None,
         dedupe_key: str | None = None,
         created_after: datetime | None = None,
@@ -267,7 +273,7 @@ class AsyncJobQueue:
         ``job_id`` of a page as ``after`` for the next one. (Not ``list``: that would shadow the
         builtin in this class's annotations.)"""
         params = (
-            job_type,
+            await self._code(job_type),
             status,
             dedupe_key,
             created_after,
@@ -331,11 +337,11 @@ class AsyncJobQueue:
     async def redrive(
         self,
         job_ids: Sequence[UUID] | None = None,
-        job_type: int | None = None,
+        job_type: int | str | None = None,
         limit: int | None = None,
     ) -> list[UUID]:
         """``job_redrive``: DEAD jobs back to PENDING with a fresh budget of tries; their ids."""
-        params = (optional_list(job_ids), job_type, limit)
+        params = (optional_list(job_ids), await self._code(job_type), limit)
         return await self._column(statements.REDRIVE, params)
 
     async def prune(self, older_than: timedelta, limit: int | None = None) -> int:
@@ -351,17 +357,19 @@ class AsyncJobQueue:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
         return await self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
 
-    async def type_grant(self, job_type: int, role: str, privilege: str) -> bool:
+    async def type_grant(self, job_type: int | str, role: str, privilege: str) -> bool:
         """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
         the jobs of ``job_type``; from a type's first grant of a privilege, only the roles
         granted it hold it. True when newly granted."""
-        granted: bool = await self._scalar(statements.TYPE_GRANT, (job_type, role, privilege))
+        code = await self._code(job_type)
+        granted: bool = await self._scalar(statements.TYPE_GRANT, (code, role, privilege))
         return granted
 
-    async def type_revoke(self, job_type: int, role: str, privilege: str) -> bool:
+    async def type_revoke(self, job_type: int | str, role: str, privilege: str) -> bool:
         """``job_type_revoke``: take ``privilege`` on ``job_type`` back from ``role``; with no
         grant of it left, the type is open to the group roles again. True when one was removed."""
-        revoked: bool = await self._scalar(statements.TYPE_REVOKE, (job_type, role, privilege))
+        code = await self._code(job_type)
+        revoked: bool = await self._scalar(statements.TYPE_REVOKE, (code, role, privilege))
         return revoked
 
     async def type_grants(self) -> list[TypeGrant]:
@@ -371,6 +379,22 @@ class AsyncJobQueue:
     async def types(self) -> list[JobTypeInfo]:
         """``job_types``: the registered job type codes and names."""
         return await self._rows(JobTypeInfo, statements.TYPES, ())
+
+    async def type_code(self, name: str) -> int:
+        """``job_type_code``: the code of the job type registered as ``name`` (or the one name
+        equal to it ignoring case); :class:`~pyjobq.errors.InvalidArgument` when none is."""
+        code: int = await self._scalar(statements.TYPE_CODE, (name,))
+        return code
+
+    async def _code(self, job_type: int | str | None) -> int | None:
+        """A job type given by code or by name, as its code. A name is asked of the database once
+        per queue object: a registered type keeps its code."""
+        if not isinstance(job_type, str):
+            return job_type
+        code = self._codes.get(job_type)
+        if code is None:
+            code = self._codes[job_type] = await self.type_code(job_type)
+        return code
 
     async def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

@@ -72,6 +72,7 @@ TYPE_REGISTER: LiteralString = (
     "select job_type, name, created from pyjobq.job_type_register(%s::int, %s::text)"
 )
 TYPES: LiteralString = "select job_type, name from pyjobq.job_types()"
+TYPE_CODE: LiteralString = "select pyjobq.job_type_code(%s::text)"
 TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
 TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"
 TYPE_GRANTS: LiteralString = (

@@ -145,7 +145,8 @@ begin
   if not found then
     raise exception 'p_job_type % is not a registered job type', p_job_type
       using errcode = '22023',
-            hint = 'Register it first with pyjobq.job_type_register(code, name); pyjobq.job_types() lists the known ones.';
+            hint = 'pyjobq.job_types() lists the known ones; an admin (pyjobq_admin) registers a type with '
+                   'pyjobq.job_type_register(code, name).';
   end if;
 end;
 $$;

@@ -35,7 +35,7 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.schema_version(), pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
     pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),

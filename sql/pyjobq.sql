@@ -112,7 +112,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 4
+  select 5
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -381,7 +381,8 @@ begin
   if not found then
     raise exception 'p_job_type % is not a registered job type', p_job_type
       using errcode = '22023',
-            hint = 'Register it first with pyjobq.job_type_register(code, name); pyjobq.job_types() lists the known ones.';
+            hint = 'pyjobq.job_types() lists the known ones; an admin (pyjobq_admin) registers a type with '
+                   'pyjobq.job_type_register(code, name).';
   end if;
 end;
 $$;
@@ -542,6 +543,42 @@ as $$
 $$;
 
 comment on function pyjobq.job_types() is 'The registered job type codes and names.';
+
+-- Jobs by name: every function takes the code, and a client that knows the
+-- name passes job_type_code('SEND_EMAIL') as the code. The name as registered
+-- wins; else the one name equal to it but for case.
+create function pyjobq.job_type_code(p_name text)
+returns int
+language plpgsql
+stable
+strict
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_code int;
+begin
+  select t.job_type into v_code from pyjobq.job_type t where t.name = p_name;
+  if not found then
+    select min(t.job_type) into v_code
+      from pyjobq.job_type t
+     where lower(t.name) = lower(p_name)
+    having count(*) = 1;
+  end if;
+  if v_code is null then
+    raise exception 'p_name % is not the name of a registered job type', p_name
+      using errcode = '22023',
+            hint = 'pyjobq.job_types() lists the registered names; an admin registers one with '
+                   'pyjobq.job_type_register(code, name).';
+  end if;
+  return v_code;
+end;
+$$;
+
+comment on function pyjobq.job_type_code(text) is
+  'The code of the job type named p_name (as registered, else the one name equal to it ignoring case), for '
+  'the functions that take a code: job_enqueue(job_type_code(''SEND_EMAIL''), ...). Null for null; 22023 '
+  'for a name no type has.';
 
 -- Privileges per job type ------------------------------------------------------
 --
@@ -2429,7 +2466,7 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.schema_version(), pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
     pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),

@@ -163,7 +163,7 @@ BAD_HANDLERS = [
     ("import no_such_module_here\n", "ModuleNotFoundError"),
     ("HANDLERS = {1: 42}\n", "not callable"),
     ("HANDLERS = {999: print}\n", "not registered"),
-    ("HANDLERS = {'NO_SUCH_TYPE': print}\n", "no job type is named"),
+    ("HANDLERS = {'NO_SUCH_TYPE': print}\n", "NO_SUCH_TYPE is not the name of a registered"),
     ("HANDLERS = {1.5: print}\n", "neither a job type code nor a job type name"),
     ("HANDLERS = [print]\n", "not a non-empty mapping"),
     ("def HANDLERS():\n    raise KeyError('setting')\n", "KeyError"),

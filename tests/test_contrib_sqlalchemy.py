@@ -173,3 +173,11 @@ def test_the_worked_example_keeps_the_committed_order_and_its_job_only(
     assert one(conn, "select array_agg(email) from shop_order") == ["ada@example.com"]
     keys = one(conn, "select array_agg(dedupe_key) from pyjobq.job where job_type = 2")
     assert keys == ["order-confirmation:1"]
+
+
+def test_a_session_enqueues_by_the_job_types_name(engine: Engine, conn: Connection) -> None:
+    with Session(engine) as session, session.begin():
+        session.add(Signup(email="bo@example.com"))
+        session.flush()
+        job_id = job_queue(session).enqueue("OUTBOX", {"email": "bo@example.com"}).job_id
+    assert one(conn, "select job_type from pyjobq.job where job_id = %s", (job_id,)) == 2

@@ -189,3 +189,22 @@ def test_examples_print_what_the_doc_shows(pg_server: LocalPostgres, dsn: str, d
             f"example output differs from the doc for:\n{sql.group(2)}\n"
             f"doc shows:\n{shown}\npsql printed:\n{output}"
         )
+
+
+def test_the_role_table_is_what_grant_roles_grants(conn: psycopg.Connection, doc: str) -> None:
+    """Each group role's row lists exactly the public functions the installed schema lets it
+    execute."""
+    table = re.search(r"\| group role +\| may execute +\|\n\|[-|]+\|\n((?:\|.*\|\n)+)", doc)
+    assert table is not None, "the role table of grant_roles"
+    documented = {
+        row.split("|")[1].strip(" `"): set(re.findall(r"`(\w+)`", row.split("|")[2]))
+        for row in table.group(1).splitlines()
+    }
+    granted: dict[str, set[str]] = {}
+    for role, function in conn.execute(
+        "select r.rolname, p.proname from pg_proc p cross join pg_roles r"
+        " where p.pronamespace = 'pyjobq'::regnamespace and p.proname not like '\\_%'"
+        " and r.rolname like 'pyjobq\\_%' and has_function_privilege(r.oid, p.oid, 'EXECUTE')"
+    ).fetchall():
+        granted.setdefault(role, set()).add(function)
+    assert documented == granted

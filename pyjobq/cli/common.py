@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from pyjobq.errors import PyjobqError
+from pyjobq.errors import InvalidArgument, PyjobqError
 from pyjobq.migrate import check_schema_version
 from pyjobq.queue import JobQueue
 
@@ -107,14 +107,12 @@ def parse_duration(text: str) -> timedelta:
 
 
 def resolve_type(q: JobQueue, value: str) -> int:
-    """A job type given as its code or its registered name: the name as registered, else
-    the one name that matches it ignoring case."""
+    """A job type given as its code or its registered name (``job_type_code``: the name as
+    registered, else the one name that matches it ignoring case)."""
     if value.lstrip("-").isdigit():
         return int(value)
-    types = q.types()
-    exact = [t.job_type for t in types if t.name == value]
-    folded = [t.job_type for t in types if t.name.lower() == value.lower()]
-    if exact or len(folded) == 1:
-        return (exact or folded)[0]
-    known = ", ".join(f"{t.job_type}={t.name}" for t in types)
-    fail(f"no job type is named {value!r} (registered: {known})", 2)
+    try:
+        return q.type_code(value)
+    except InvalidArgument:
+        known = ", ".join(f"{t.job_type}={t.name}" for t in q.types())
+        fail(f"no job type is named {value!r} (registered: {known})", 2)

@@ -13,31 +13,27 @@ from typing import TYPE_CHECKING, Any, get_args, get_type_hints
 
 import click
 
-from pyjobq.cli.common import F, dsn_option, fail, queue, reporting, resolve_dsn, resolve_type
+from pyjobq.cli.common import F, dsn_option, fail, reporting, resolve_dsn
 from pyjobq.cli.group import main
-from pyjobq.queue import JobQueue
 
 if TYPE_CHECKING:
     from pyjobq.worker import Handler, WorkerConfig
 
 
-def resolve_handlers(q: JobQueue, table: Mapping[Any, Any]) -> dict[int, Any]:
-    """The handler table keyed by job type code: each key a registered code or name, each
-    value callable. Fails with one line on stderr (exit 2) on the first problem."""
-    registered = {t.job_type for t in q.types()}
-    resolved: dict[int, Any] = {}
+def as_type(text: str) -> int | str:
+    """A job type as given on the command line: a code, or a name."""
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def check_handlers(table: Mapping[Any, Any]) -> None:
+    """Each key a job type code or name, each value callable; else one line on stderr and exit
+    2. Whether the types are registered is the worker's first check, when it connects."""
     for key, handler in table.items():
         if isinstance(key, bool) or not isinstance(key, int | str):
             fail(f"handler key {key!r} is neither a job type code nor a job type name", 2)
-        code = resolve_type(q, key) if isinstance(key, str) else int(key)
-        if code not in registered:
-            fail(f"job type {key!r} is not registered (pyjobq types register CODE NAME)", 2)
         if not callable(handler):
             fail(f"the handler for job type {key!r} is not callable: {handler!r}", 2)
-        if code in resolved:
-            fail(f"job type {code} has two handlers", 2)
-        resolved[code] = handler
-    return resolved
 
 
 def load_handlers(path: str) -> Mapping[Any, Any]:
@@ -140,22 +136,20 @@ def worker(
 
     config = worker_config(settings)
     logs.configure(log_level, log_format)
-    loaded = load_handlers(handlers)
-    with queue(dsn) as q:
-        table = resolve_handlers(q, loaded)
-        wanted = {resolve_type(q, t.strip()) for t in only.split(",")} if only else set(table)
-    missing = wanted - set(table)
-    if missing:
-        fail(f"--types: no handler for job types {sorted(missing)}", 2)
-    table = {t: h for t, h in table.items() if t in wanted}
+    table = load_handlers(handlers)
+    check_handlers(table)
     # A program that embeds the command line (``manage.py pyjobq``) may give, as click's
     # ``obj``, a function to wrap every handler in: the only use of ``obj`` in any command.
     wrap: Callable[[Handler], Handler] | None = click.get_current_context().obj
     if wrap is not None:
         table = {t: wrap(h) for t, h in table.items()}
-    w = Worker(resolve_dsn(dsn), table, config)
+    types = None if only is None else [as_type(t) for t in only.split(",")]
+    w = Worker(resolve_dsn(dsn), table, config, job_types=types)
     with reporting():
-        metrics = w.run()
+        try:
+            metrics = w.run()
+        except ValueError as e:  # the handlers or --types do not match the database's types
+            fail(str(e), 2)
     if metrics_file:
         with open(metrics_file, "w") as f:
             json.dump({"worker_id": w.worker_id, **metrics.as_dict()}, f)

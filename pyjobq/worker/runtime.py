@@ -8,7 +8,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -42,12 +42,14 @@ class Worker:
 
     ``source`` is a libpq conninfo/URL (the worker opens a small pool and, unless
     ``listen`` is false, one LISTEN connection) or an :class:`AsyncConnectionPool`
-    whose connections are in autocommit mode. ``handlers`` maps job type codes to
+    whose connections are in autocommit mode. ``handlers`` maps job types (codes, or
+    registered names, resolved when the worker starts) to
     functions taking the :class:`ClaimedJob` and returning a JSON object (the
     job's result) or ``None``; raising :class:`Retry` or :class:`DeadLetter`
     chooses what happens next, any other exception fails the attempt with the
     default backoff. ``config`` holds every setting (:class:`WorkerConfig`); keyword
     ``options`` name its fields and override it (``Worker(dsn, handlers, concurrency=16)``).
+    ``job_types`` takes only some of the handled types (codes or names; default: all).
     ``listen_dsn`` opens the LISTEN connection elsewhere than ``source``: LISTEN needs a
     session, so when ``source`` goes through a pooler in transaction mode, point
     ``listen_dsn`` at the server itself (and, before PgBouncer 1.21, set
@@ -57,9 +59,10 @@ class Worker:
     def __init__(
         self,
         source: str | AsyncConnectionPool,
-        handlers: Mapping[int, Handler],
+        handlers: Mapping[Any, Handler],
         config: WorkerConfig | None = None,
         *,
+        job_types: Sequence[int | str] | None = None,
         hooks: WorkerHooks | None = None,
         **options: Any,
     ) -> None:
@@ -67,8 +70,11 @@ class Worker:
             raise ValueError("handlers must map at least one job type to a function")
         self.config = replace(config or WorkerConfig(), **options)
         self.source = source
-        self.handlers = {int(t): h for t, h in handlers.items()}
-        self.job_types = sorted(self.handlers)
+        self._given: dict[int | str, Handler] = dict(handlers.items())
+        self._only = None if job_types is None else list(job_types)
+        # By code, once the worker has started (see _probe): the handlers it runs, for its types.
+        self.handlers: dict[int, Handler] = {}
+        self.job_types: list[int] = []
         self.worker_id = self.config.worker_id or make_worker_id()
         self.hooks = hooks or WorkerHooks()
         self.metrics = WorkerMetrics()
@@ -80,7 +86,7 @@ class Worker:
         if not self.config.prepared_statements:
             self._own_kwargs["prepare_threshold"] = None
         self._state = WorkerState(self.config, self.worker_id, self.hooks, self.metrics)
-        self._async_types = {t for t, h in self.handlers.items() if is_async(h)}
+        self._async_types: set[int] = set()
         self._claimer = Claimer(self._state, self.job_types)
         self._outcomes = Outcomes(self._state, self._async_types)
         self._drain = Drain(self._state, self._claimer)
@@ -203,19 +209,38 @@ class Worker:
     async def _probe(self) -> None:
         """Fail fast, with the real error, when the database is unreachable, not migrated,
         newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), or lacks a job type
-        the handlers are for (``ValueError``)."""
+        the handlers are for (``ValueError``; :class:`~pyjobq.errors.InvalidArgument` for a
+        name no type has). Resolves the handlers' and ``job_types``' names to codes."""
         conninfo, kwargs = self._conninfo()
         async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
             queue = AsyncJobQueue(conn)
             warning = check_schema_version(await queue.schema_version())
             registered = {t.job_type for t in await queue.types()}
+            handlers: dict[int, Handler] = {}
+            for key, handler in self._given.items():
+                if isinstance(key, bool) or not isinstance(key, int | str):
+                    raise ValueError(f"handler key {key!r} is neither a job type code nor a name")
+                code = await queue.type_code(key) if isinstance(key, str) else int(key)
+                if code in handlers:
+                    raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
+                handlers[code] = handler
+            wanted = set(handlers)
+            if self._only is not None:
+                wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}
         if warning:
             log.warning(warning, extra=self._state.extra())
         # A configuration error stops the worker before its first claim; later, every claim
         # would be refused (22023) and retried for ever.
-        unknown = sorted(set(self.handlers) - registered)
+        unknown = sorted(set(handlers) - registered)
         if unknown:
             raise ValueError(f"handlers for job types that are not registered: {unknown}")
+        missing = sorted(wanted - set(handlers))
+        if missing:
+            raise ValueError(f"job_types without a handler: {missing}")
+        self.handlers = {t: h for t, h in handlers.items() if t in wanted}
+        self.job_types = self._claimer.job_types = sorted(self.handlers)
+        self._async_types = {t for t, h in self.handlers.items() if is_async(h)}
+        self._outcomes.async_types = self._async_types
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):

@@ -101,7 +101,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 5
+  select 6
 $$;
 
 comment on function pyjobq.schema_version() is

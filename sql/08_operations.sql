@@ -23,7 +23,7 @@ as $$
                             where a.job_type = d.job_type
                               and a.dedupe_key = d.dedupe_key
                               and a.status in (1, 2)))
-     order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at
+     order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
   ),
   moved as (
     update pyjobq.job j
@@ -79,22 +79,32 @@ begin
   -- subtransaction of its own; a subtransaction per row on every call would
   -- overflow the subtransaction cache past 64 rows.
   -- Only jobs that can move count against the limit: a backlog of jobs whose
-  -- key an active job holds must not stop every later call from reaching the rest.
-  select coalesce(array_agg(d.job_id order by d.updated_at), '{}')
+  -- key an active job holds must not stop every later call from reaching the
+  -- rest, and of the jobs that share a key only the oldest can move (the next
+  -- call may take the next), so only it is a candidate.
+  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}')
     into v_picked
     from (select p.job_id, p.updated_at
             from pyjobq.job p
-           where p.status in (4, 5)
-             and (p_job_ids is null or p.job_id = any (p_job_ids))
-             and (p_job_type is null or p.job_type = p_job_type)
-             and pyjobq._tries_left(p.attempts, p.attempts, p.max_attempts) > 0
-             and (p.dedupe_key is null
-                  or not exists (select 1
-                                   from pyjobq.job a
-                                  where a.job_type = p.job_type
-                                    and a.dedupe_key = p.dedupe_key
-                                    and a.status in (1, 2)))
-           order by p.updated_at
+           where p.job_id in (select c.job_id
+                                from (select e.job_id,
+                                             row_number() over (
+                                               partition by e.job_type, coalesce(e.dedupe_key, e.job_id::text)
+                                               order by e.updated_at, e.job_id) as n
+                                        from pyjobq.job e
+                                       where e.status in (4, 5)
+                                         and (p_job_ids is null or e.job_id = any (p_job_ids))
+                                         and (p_job_type is null or e.job_type = p_job_type)
+                                         and pyjobq._tries_left(e.attempts, e.attempts, e.max_attempts) > 0
+                                         and (e.dedupe_key is null
+                                              or not exists (select 1
+                                                               from pyjobq.job a
+                                                              where a.job_type = e.job_type
+                                                                and a.dedupe_key = e.dedupe_key
+                                                                and a.status in (1, 2)))) c
+                               where c.n = 1)
+             and p.status in (4, 5)  -- again, on the row as it is when locked
+           order by p.updated_at, p.job_id
            limit v_limit
              for update skip locked) d;
   begin

@@ -334,6 +334,16 @@ def test_redrive_limits_count_jobs_it_can_move_not_jobs_whose_key_is_held(conn: 
     assert [status_of(conn, job)[0] for job in blocked] == [4, 4]
 
 
+def test_redrive_limits_count_one_job_per_key(conn: Conn) -> None:
+    # The two oldest DEAD jobs share a key, so only one of them can move: a limit of 2 spent on
+    # both moved one job, and the job behind them waited for the next call.
+    first, second = dead_jobs(conn, ["k"])[0], dead_jobs(conn, ["k"])[0]
+    (movable,) = dead_jobs(conn, [None])
+    moved = conn.execute("select job_id from pyjobq.job_redrive(p_limit => 2)").fetchall()
+    assert sorted(moved) == sorted([(first,), (movable,)])
+    assert status_of(conn, second)[0] == 4
+
+
 def test_redrive_racing_an_enqueue_of_the_same_key_leaves_that_job_dead(
     conn: Conn, make_conn: Any
 ) -> None:

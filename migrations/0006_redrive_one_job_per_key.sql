@@ -1,0 +1,149 @@
+-- depends: 0005_job_types_by_name
+
+-- Schema 6: job_redrive's limit counts one job per dedupe key.
+--
+-- Of the DEAD and CANCELLED jobs that share a job type and key only one can
+-- move (keys are unique among active jobs), yet job_redrive picked the oldest
+-- jobs whatever their keys: with p_limit => 2 and two such jobs first in line
+-- it moved one job, while jobs behind them that could move waited for the next
+-- call. Only the oldest job of each key is a candidate now.
+
+create or replace function pyjobq.schema_version()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select 6
+$$;
+
+comment on function pyjobq.schema_version() is
+  'Version of the pyjobq schema installed in this database: 1 + the number of schema changes since the first release.';
+
+create or replace function pyjobq._redrive_rows(p_ids uuid[], p_now timestamptz)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  with free as (
+    select distinct on (d.job_type, coalesce(d.dedupe_key, d.job_id::text)) d.job_id
+      from pyjobq.job d
+     where d.job_id = any (p_ids)
+       and d.status in (4, 5)
+       and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
+       and (d.dedupe_key is null
+            or not exists (select 1
+                             from pyjobq.job a
+                            where a.job_type = d.job_type
+                              and a.dedupe_key = d.dedupe_key
+                              and a.status in (1, 2)))
+     order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
+  ),
+  moved as (
+    update pyjobq.job j
+       set status = 1,
+           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
+           run_after = pyjobq._pending_from(p_now, p_now, false),  -- with its old seq
+           worker_id = null,
+           result = null,
+           updated_at = p_now
+      from free f
+     where j.job_id = f.job_id
+       and j.status in (4, 5)
+    returning j.job_id
+  )
+  select coalesce(array_agg(m.job_id), '{}') from moved m
+$$;
+
+comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
+  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
+  'returns their ids.';
+
+create or replace function pyjobq.job_redrive(
+  p_job_ids uuid[] default null,
+  p_job_type int default null,
+  p_limit int default null
+)
+returns table (job_id uuid)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_id uuid;
+  v_picked uuid[];
+  v_ids uuid[];
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_job_type is not null then
+    perform pyjobq._check_job_type(p_job_type);
+  end if;
+  if p_job_ids is not null and cardinality(p_job_ids) > 100000 then
+    raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
+      using errcode = '22023';
+  end if;
+  -- The batch is locked once, then moved in one statement. Only when a
+  -- concurrent enqueue takes a key between this snapshot and the update (a
+  -- unique violation) is it moved a row at a time, each row in a
+  -- subtransaction of its own; a subtransaction per row on every call would
+  -- overflow the subtransaction cache past 64 rows.
+  -- Only jobs that can move count against the limit: a backlog of jobs whose
+  -- key an active job holds must not stop every later call from reaching the
+  -- rest, and of the jobs that share a key only the oldest can move (the next
+  -- call may take the next), so only it is a candidate.
+  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}')
+    into v_picked
+    from (select p.job_id, p.updated_at
+            from pyjobq.job p
+           where p.job_id in (select c.job_id
+                                from (select e.job_id,
+                                             row_number() over (
+                                               partition by e.job_type, coalesce(e.dedupe_key, e.job_id::text)
+                                               order by e.updated_at, e.job_id) as n
+                                        from pyjobq.job e
+                                       where e.status in (4, 5)
+                                         and (p_job_ids is null or e.job_id = any (p_job_ids))
+                                         and (p_job_type is null or e.job_type = p_job_type)
+                                         and pyjobq._tries_left(e.attempts, e.attempts, e.max_attempts) > 0
+                                         and (e.dedupe_key is null
+                                              or not exists (select 1
+                                                               from pyjobq.job a
+                                                              where a.job_type = e.job_type
+                                                                and a.dedupe_key = e.dedupe_key
+                                                                and a.status in (1, 2)))) c
+                               where c.n = 1)
+             and p.status in (4, 5)  -- again, on the row as it is when locked
+           order by p.updated_at, p.job_id
+           limit v_limit
+             for update skip locked) d;
+  begin
+    v_ids := pyjobq._redrive_rows(v_picked, v_now);
+  exception when unique_violation then
+    v_ids := '{}';
+    foreach v_id in array v_picked loop
+      begin
+        v_ids := v_ids || pyjobq._redrive_rows(array[v_id], v_now);
+      exception when unique_violation then
+        null;
+      end;
+    end loop;
+  end;
+  return query select u.id from unnest(v_ids) as u(id);
+  if cardinality(v_ids) > 0 then
+    perform pg_notify('pyjobq_job', '');
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_redrive(uuid[], int, int) is
+  'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
+  '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
+  'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
+  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
+

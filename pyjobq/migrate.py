@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -117,16 +118,20 @@ def yoyo_url(dsn: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Migrated:
-    """What :func:`migrate` did: the steps it ran, and the steps it found installed without
-    its bookkeeping (by psql, or by yoyo's own command line) and recorded as applied."""
+    """What :func:`migrate` did: the steps it ran, the steps it found installed without its
+    bookkeeping (by psql, or by yoyo's own command line) and recorded as applied, and the job
+    types it registered (those already registered are not listed)."""
 
     applied: list[str]
     adopted: list[str]
+    registered: list[str] = field(default_factory=list)
 
 
-def migrate(dsn: str) -> Migrated:
-    """Bring the database at ``dsn`` up to the latest pyjobq schema; returns the ids of the
-    steps applied (none when it was up to date) and of those adopted.
+def migrate(dsn: str, job_types: Mapping[int, str] | None = None) -> Migrated:
+    """Bring the database at ``dsn`` up to the latest pyjobq schema, then register the
+    application's ``job_types`` (code: name; already registered: nothing to do, a code or name
+    taken by another: :class:`~pyjobq.errors.JobTypeConflict`). Returns the ids of the steps
+    applied (none when it was up to date), of those adopted, and the names registered.
 
     Concurrent callers are serialised by yoyo's lock (a row in ``pyjobq.yoyo_lock``), so
     only one of them applies each migration. yoyo's bookkeeping lives in the schema
@@ -150,7 +155,20 @@ def migrate(dsn: str) -> Migrated:
                 pending = backend.to_apply(migrations)
             backend.apply_migrations(pending)
         comment_bookkeeping(conn)
-    return Migrated(applied=[m.id for m in pending], adopted=[m.id for m in adopted])
+        registered = register_types(conn, job_types or {})
+    return Migrated(
+        applied=[m.id for m in pending], adopted=[m.id for m in adopted], registered=registered
+    )
+
+
+def register_types(conn: psycopg.Connection[Any], job_types: Mapping[int, str]) -> list[str]:
+    """``job_type_register`` each code and name, in code order; returns the names that were
+    not registered before. Idempotent: run it wherever the application migrates."""
+    from pyjobq.queue import JobQueue
+
+    queue = JobQueue(conn)
+    rows = [queue.type_register(code, name) for code, name in sorted(job_types.items())]
+    return [row.name for row in rows if row.created]
 
 
 def create_schema(conn: psycopg.Connection[Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -335,3 +336,26 @@ def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
     assert "left to its lease" in err
     status = one(conn, "select status, worker_id from pyjobq.job where job_id = %s", (job_id,))
     assert status == 2  # still held: its lease runs out, a reaper takes it back
+
+
+def test_dev_server_serves_a_migrated_database_until_interrupted() -> None:
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pyjobq", "dev-server"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        line = run.stdout.readline()
+        assert line.startswith("export PYJOBQ_DSN='"), line
+        dsn = line.strip().removeprefix("export PYJOBQ_DSN='").removesuffix("'")
+        with psycopg.connect(dsn) as served:
+            assert one(served, "select pyjobq.schema_version()") == SCHEMA_VERSION
+            data = one(served, "select current_setting('data_directory')")
+        run.send_signal(signal.SIGINT)
+        assert run.wait(60) == 0
+        assert not Path(data).exists()  # stopped, and its data deleted
+    finally:
+        if run.poll() is None:
+            run.kill()

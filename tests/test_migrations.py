@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from psycopg import sql
 from yoyo import get_backend, read_migrations
 
-from pyjobq import SCHEMA_VERSION, JobQueue, LeaseLost
+from pyjobq import SCHEMA_VERSION, JobQueue, JobTypeConflict, LeaseLost
 from pyjobq.cli import main
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import (
@@ -387,3 +387,17 @@ def test_the_upgrade_to_keys_per_job_type_keeps_every_key_where_it_was(
         assert other_type.job_id != search
         count = conn.execute("select count(*) from pyjobq.job").fetchone()
     assert count == (3,)
+
+
+def test_migrate_registers_the_applications_job_types_once(
+    new_database: Callable[[], str],
+) -> None:
+    target = new_database()
+    types = {100: "PROCESS_ORDER", 101: "SEND_EMAIL"}
+    assert migrate(target, job_types=types).registered == ["PROCESS_ORDER", "SEND_EMAIL"]
+    again = migrate(target, job_types=types)
+    assert (again.applied, again.registered) == ([], [])
+    with psycopg.connect(target) as conn:
+        assert JobQueue(conn).type_code("send_email") == 101
+    with pytest.raises(JobTypeConflict):
+        migrate(target, job_types={100: "SOMETHING_ELSE"})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -160,3 +162,26 @@ def demo(dsn: str | None, jobs: int, workers: int, concurrency: int, no_kill: bo
     with reporting():
         ok = run_demo(dsn, jobs=jobs, workers=workers, concurrency=concurrency, kill=not no_kill)
     sys.exit(0 if ok else EXIT_ERROR)
+
+
+@main.command("dev-server")
+def dev_server() -> None:
+    """Run a throwaway PostgreSQL server with the pyjobq schema, for development, until Ctrl-C.
+
+    It prints the DSN to give to --dsn, $PYJOBQ_DSN or your application (`eval` the line in a
+    shell). The same server as the demo's and the tests': on 127.0.0.1 with trust auth, its
+    data in a temporary directory that Ctrl-C or SIGTERM stops and deletes.
+    """
+    from pyjobq.localpg import LocalPostgres
+    from pyjobq.migrate import migrate
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
+    with reporting(), LocalPostgres() as server:
+        migrate(server.dsn())
+        click.echo(f"export PYJOBQ_DSN='{server.dsn()}'")
+        click.echo("pyjobq dev-server: ready; Ctrl-C stops it and deletes its data", err=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            click.echo("pyjobq dev-server: stopping", err=True)

@@ -17,3 +17,9 @@ class OutboxCase(TestCase):
         info = job_queue().get(job.job_id)
         assert info is not None
         assert (info.status_name, info.payload) == ("PENDING", {"email": "ada@example.com"})
+
+    def test_a_type_of_the_settings_is_enqueued_by_name(self) -> None:
+        job = job_queue().enqueue("PROCESS_ORDER", {"order": 7})
+        info = job_queue().get(job.job_id)
+        assert info is not None
+        assert (info.job_type, info.job_type_name) == (100, "PROCESS_ORDER")

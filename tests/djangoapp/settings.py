@@ -26,4 +26,6 @@ def databases(dsn: str) -> dict[str, dict[str, object]]:
 SECRET_KEY = "tests-only"
 USE_TZ = True
 INSTALLED_APPS = ["pyjobq.contrib.django"]
+# Registered by the app after every migrate: the test runner's database gets them too.
+PYJOBQ_JOB_TYPES = {100: "PROCESS_ORDER"}
 DATABASES = databases(os.environ.get("PYJOBQ_TEST_DSN", "dbname=unset"))

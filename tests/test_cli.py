@@ -359,3 +359,24 @@ def test_dev_server_serves_a_migrated_database_until_interrupted() -> None:
     finally:
         if run.poll() is None:
             run.kill()
+
+
+def test_jobs_and_cancel_through_the_command_line_process(dsn: str, conn: Conn) -> None:
+    """pyjobq jobs lists a page by type and status; pyjobq cancel says each id's outcome, exit
+    0, and a bad id is usage (2) with nothing changed."""
+    pending = one(conn, "select job_id from pyjobq.job_enqueue(1, '{\"n\": 1}')")
+    finished = one(conn, "select job_id from pyjobq.job_enqueue(2, '{}')")
+    (claimed,) = conn.execute("select job_id, attempt from pyjobq.job_claim('w', 1, 60, '{2}')")
+    conn.execute("select pyjobq.job_complete(%s, 'w', %s)", claimed)
+    listed = pyjobq("jobs", "--type", "search", "--status", "pending", dsn=dsn)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [
+        [str(pending), "SEARCH", "PENDING"]
+    ]
+    refused = pyjobq("cancel", "not-a-uuid", dsn=dsn)
+    assert refused.returncode == 2
+    cancelled = pyjobq("cancel", str(pending), str(finished), dsn=dsn)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.splitlines() == [f"{pending} cancelled", f"{finished} finished"]
+    statuses_now = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    assert statuses_now == {pending: 5, finished: 3}

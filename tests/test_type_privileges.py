@@ -250,3 +250,24 @@ def test_no_error_tells_a_co_worker_the_holders_token(
     told = " ".join(filter(None, [diag.message_primary, diag.message_detail, diag.message_hint]))
     assert "holder-7f3a" not in told
     assert "attempt 1" not in told
+
+
+def test_list_cancel_and_watch_keep_to_the_types_a_role_may_use(
+    conn: Conn, teams: dict[str, str], session: Callable[..., Conn]
+) -> None:
+    """job_list shows only the types the caller may observe; job_cancel (the producers' side of
+    a type: enqueue) and job_watch (observe) refuse another team's job with 42501 and change
+    nothing."""
+    (open_job,), (restricted_job,) = jobs(conn, OPEN, 1), jobs(conn, RESTRICTED, 1)
+    producer_a = session("pyjobq_producer", teams["a"])
+    producer_b = session("pyjobq_producer", teams["b"])
+    listed_a = {r[0] for r in producer_a.execute("select job_id from pyjobq.job_list()")}
+    listed_b = {r[0] for r in producer_b.execute("select job_id from pyjobq.job_list()")}
+    assert listed_a == {open_job}
+    assert listed_b == {open_job, restricted_job}
+    for call in ("select * from pyjobq.job_cancel(%s)", "select * from pyjobq.job_watch(%s)"):
+        assert sqlstate_of(producer_a, call, ([restricted_job],)) == "42501"
+    assert one_row(conn, "select status, notify_done from pyjobq.job where job_id = %s",
+                   (restricted_job,)) == (1, False)  # fmt: skip
+    outcome = one_row(producer_b, "select outcome from pyjobq.job_cancel(%s)", ([restricted_job],))
+    assert outcome == ("cancelled",)

@@ -99,3 +99,28 @@ def test_sigterm_drains_running_jobs_and_releases_prefetched_ones(
         "select count(*) from pyjobq.job where status = 1 and attempts = attempts_refunded"
     )
     assert unused.fetchone() == (counts[1],)  # ...with no try used up
+
+
+def test_a_cancel_reaches_the_handler_in_a_worker_process(
+    dsn: str, db: Conn, tmp_path: Path
+) -> None:
+    """job_cancel from another session; the worker process learns it at its next heartbeat, its
+    sync handler sees is_cancelled() and returns, nothing it returns is recorded, and the worker
+    carries on until asked to stop."""
+    job = JobQueue(db).enqueue(JobType.OUTBOX).job_id
+    worker = spawn_worker(dsn, tmp_path, "cancelled", "--lease", "3")
+    try:
+        wait_for(lambda: effects(db) == 1, "the handler to start")
+        assert JobQueue(db).cancel([job])[0].outcome == "cancelled_running"
+        wait_for(
+            lambda: db.execute("select count(*) from effects where attempt < 0").fetchone() == (1,),
+            "the handler to see the cancel",
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0
+    finally:
+        worker.kill()
+    row = db.execute("select status, result from pyjobq.job where job_id = %s", (job,))
+    assert row.fetchone() == (5, None)  # CANCELLED, and nothing the attempt returned
+    metrics = json.loads((tmp_path / "cancelled.json").read_text())
+    assert (metrics["cancelled"], metrics["completed"]) == (1, 0)

@@ -2,7 +2,8 @@
 
 Each run records (job_id, attempt, pid) in the test database's ``effects`` table, whose
 primary key makes a second run of the same attempt fail loudly; ``payload.sleep`` makes
-the job take that many seconds.
+the job take that many seconds. Type 2 runs until the job is cancelled (at most a minute) and
+records it when it sees the cancel, with the attempt negated.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import psycopg
 
 from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob
+from pyjobq.worker import is_cancelled
 
 DSN_ENV = "PYJOBQ_TEST_DSN"
 
@@ -36,4 +38,17 @@ def record(job: ClaimedJob) -> Payload:
     return {"pid": os.getpid()}
 
 
-HANDLERS = {1: record}
+def until_cancelled(job: ClaimedJob) -> Payload:
+    record(job)
+    deadline = time.monotonic() + 60
+    while not is_cancelled(job) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if is_cancelled(job):
+        with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as conn:
+            conn.execute(
+                "insert into effects values (%s, %s, %s)", (job.job_id, -job.attempt, os.getpid())
+            )
+    return {"cancelled": is_cancelled(job)}
+
+
+HANDLERS = {1: record, 2: until_cancelled}

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from pyjobq.localpg import LocalPostgres
+from tests.sqlhelp import one
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "sql-api.md"
@@ -208,3 +209,15 @@ def test_the_role_table_is_what_grant_roles_grants(conn: psycopg.Connection, doc
     ).fetchall():
         granted.setdefault(role, set()).add(function)
     assert documented == granted
+
+
+def test_status_ranges_are_the_functions_own(conn: psycopg.Connection, doc: str) -> None:
+    """Every status column or argument documented as a range spans the codes _status_name
+    names (CANCELLED, 5, was once left out)."""
+    last = one(
+        conn,
+        "select max(s) from generate_series(1, 100) s where pyjobq._status_name(s) is not null",
+    )
+    ranges = re.findall(r"^\| `p?_?status` .*\| (\d+) \.\. (\d+) ", doc, flags=re.MULTILINE)
+    assert len(ranges) >= 3, ranges
+    assert {(int(low), int(high)) for low, high in ranges} == {(1, last)}

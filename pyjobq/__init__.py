@@ -32,6 +32,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    TypePolicy,
     Watched,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "SchemaTooNew",
     "ServerTooOld",
     "TypeGrant",
+    "TypePolicy",
     "Watched",
     "migrate",
 ]

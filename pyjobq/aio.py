@@ -38,6 +38,7 @@ from pyjobq.rows import (
     Release,
     Renewal,
     TypeGrant,
+    TypePolicy,
     Watched,
 )
 
@@ -379,6 +380,31 @@ class AsyncJobQueue:
     async def types(self) -> list[JobTypeInfo]:
         """``job_types``: the registered job type codes and names."""
         return await self._rows(JobTypeInfo, statements.TYPES, ())
+
+    async def type_set_policy(
+        self,
+        job_type: int | str,
+        max_attempts: int | None = None,
+        backoff_base_seconds: float | None = None,
+        backoff_cap_seconds: float | None = None,
+        backoff_jitter: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        """``job_type_set_policy``: the type's retry policy, each ``None`` the default (3 tries,
+        2 s doubling to an hour, 25% jitter, no timeout). Admins only."""
+        params = (
+            await self._code(job_type),
+            max_attempts,
+            backoff_base_seconds,
+            backoff_cap_seconds,
+            backoff_jitter,
+            timeout_seconds,
+        )
+        await self._scalar(statements.TYPE_SET_POLICY, params)
+
+    async def type_policies(self) -> list[TypePolicy]:
+        """``job_type_policies``: every type's retry policy, defaults filled in."""
+        return await self._rows(TypePolicy, statements.TYPE_POLICIES, ())
 
     async def type_code(self, name: str) -> int:
         """``job_type_code``: the code of the job type registered as ``name`` (or the one name

@@ -215,6 +215,19 @@ class JobTypeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TypePolicy:
+    """A row of ``job_type_policies``: a type's retry policy, defaults filled in."""
+
+    job_type: int
+    name: str
+    max_attempts: int
+    backoff_base_seconds: float
+    backoff_cap_seconds: float
+    backoff_jitter: float
+    timeout_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class TypeGrant:
     """A row of ``job_type_grants``: members of ``role_name`` hold ``privilege`` (enqueue,
     work or observe) on the jobs of ``job_type``."""

@@ -73,6 +73,14 @@ TYPE_REGISTER: LiteralString = (
 )
 TYPES: LiteralString = "select job_type, name from pyjobq.job_types()"
 TYPE_CODE: LiteralString = "select pyjobq.job_type_code(%s::text)"
+TYPE_SET_POLICY: LiteralString = (
+    "select pyjobq.job_type_set_policy(%s::int, %s::int, %s::float8, %s::float8, %s::float8,"
+    " %s::float8)"
+)
+TYPE_POLICIES: LiteralString = (
+    "select job_type, name, max_attempts, backoff_base_seconds, backoff_cap_seconds,"
+    " backoff_jitter, timeout_seconds from pyjobq.job_type_policies()"
+)
 TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
 TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"
 TYPE_GRANTS: LiteralString = (

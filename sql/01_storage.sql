@@ -101,7 +101,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 6
+  select 7
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -113,13 +113,26 @@ create table pyjobq.job_type (
   job_type smallint primary key,
   name varchar(63) not null,
   created_at timestamptz not null default pyjobq.clock_now(),
+  -- The type's retry policy (job_type_set_policy); null: the default.
+  max_attempts smallint,
+  backoff_base_seconds double precision,
+  backoff_cap_seconds double precision,
+  backoff_jitter double precision,
+  timeout_seconds double precision,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
-  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '')
+  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
+  constraint job_type_policy_valid check (
+    max_attempts between 1 and 1000
+    and backoff_base_seconds > 0 and backoff_base_seconds <= 86400
+    and backoff_cap_seconds between coalesce(backoff_base_seconds, 2) and 31536000
+    and backoff_jitter between 0 and 1
+    and timeout_seconds > 0 and timeout_seconds <= 604800)
 );
 
 comment on table pyjobq.job_type is
-  'Registered job type codes and their names; job_enqueue refuses codes that are not here.';
+  'Registered job type codes and their names, with each type''s retry policy; job_enqueue refuses codes '
+  'that are not here.';
 
 insert into pyjobq.job_type (job_type, name) values (1, 'SEARCH'), (2, 'OUTBOX');
 

@@ -118,6 +118,27 @@ $$;
 comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
   'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
 
+create function pyjobq._check_seconds(p_name text, p_value double precision, p_above double precision,
+                                      p_max double precision)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Null is the default; NaN fails both comparisons' negation below.
+  if p_value is not null and not (p_value > p_above and p_value <= p_max) then
+    raise exception '% must be more than % and at most % seconds', p_name, p_above, p_max
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value),
+            hint = 'Leave it out for the default.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_seconds(text, double precision, double precision, double precision) is
+  'Raises 22023 naming p_name unless p_value is null or a number of seconds in (p_above, p_max].';
+
 -- The name of each status code, for the functions that show one.
 create function pyjobq._status_name(p_status int)
 returns text

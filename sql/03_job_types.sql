@@ -46,6 +46,109 @@ $$;
 
 comment on function pyjobq.job_types() is 'The registered job type codes and names.';
 
+-- Retry policy per type. Each type may set its own max_attempts (what an
+-- enqueue that passes none gets), backoff (base * 2^(tries - 1) seconds,
+-- capped, minus up to jitter of it at random) and execution timeout, which
+-- workers read with job_type_policies(). Null is the default, for every
+-- client alike: 3 tries, 2 s doubling to an hour, 25% jitter, no timeout.
+create function pyjobq.job_type_set_policy(
+  p_job_type int,
+  p_max_attempts int default null,
+  p_backoff_base_seconds double precision default null,
+  p_backoff_cap_seconds double precision default null,
+  p_backoff_jitter double precision default null,
+  p_timeout_seconds double precision default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  if p_max_attempts is not null then
+    perform pyjobq._check_range('p_max_attempts', p_max_attempts, 1, 1000);
+  end if;
+  perform pyjobq._check_seconds('p_backoff_base_seconds', p_backoff_base_seconds, 0, 86400);
+  perform pyjobq._check_seconds('p_backoff_cap_seconds', p_backoff_cap_seconds,
+                                coalesce(p_backoff_base_seconds, 2), 31536000);
+  if p_backoff_jitter is not null and not (p_backoff_jitter between 0 and 1) then
+    raise exception 'p_backoff_jitter must be between 0 and 1'
+      using errcode = '22023',
+            detail = format('p_backoff_jitter was %s.', p_backoff_jitter),
+            hint = 'The share of the delay taken off at random; leave it out for 0.25.';
+  end if;
+  perform pyjobq._check_seconds('p_timeout_seconds', p_timeout_seconds, 0, 604800);
+  update pyjobq.job_type t
+     set max_attempts = p_max_attempts,
+         backoff_base_seconds = p_backoff_base_seconds,
+         backoff_cap_seconds = p_backoff_cap_seconds,
+         backoff_jitter = p_backoff_jitter,
+         timeout_seconds = p_timeout_seconds
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision) is
+  'Sets job type p_job_type''s retry policy, each null meaning the default: max_attempts for enqueues that '
+  'pass none (1..1000, default 3), backoff base (0..86400 s, default 2) doubling per try up to the cap '
+  '(base..31536000 s, default 3600) minus up to p_backoff_jitter of it (0..1, default 0.25), and the '
+  'execution timeout workers apply (0..604800 s, default none). Jobs already enqueued keep their max_attempts.';
+
+create function pyjobq.job_type_policies()
+returns table (
+  job_type int,
+  name text,
+  max_attempts int,
+  backoff_base_seconds double precision,
+  backoff_cap_seconds double precision,
+  backoff_jitter double precision,
+  timeout_seconds double precision
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
+         coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds
+    from pyjobq.job_type t
+   order by t.job_type
+$$;
+
+comment on function pyjobq.job_type_policies() is
+  'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
+  'cap and jitter, and the execution timeout in seconds (null: none).';
+
+-- The delay before the retry that follows p_tries used tries of a job of type
+-- p_job_type, by its policy (retry_backoff's formula when it sets none).
+create function pyjobq._backoff(p_job_type int, p_tries int)
+returns interval
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_base double precision;
+  v_cap double precision;
+  v_jitter double precision;
+begin
+  select coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
+         coalesce(t.backoff_jitter, 0.25)
+    into v_base, v_cap, v_jitter
+    from pyjobq.job_type t
+   where t.job_type = p_job_type;
+  return make_interval(secs => least(v_cap, v_base * power(2.0, greatest(p_tries, 1) - 1))
+                               * (1.0 - v_jitter * random()));
+end;
+$$;
+
+comment on function pyjobq._backoff(int, int) is
+  'Delay before the retry after p_tries tries of a job of type p_job_type, by the type''s policy.';
+
 -- Jobs by name: every function takes the code, and a client that knows the
 -- name passes job_type_code('SEND_EMAIL') as the code. The name as registered
 -- wins; else the one name equal to it but for case.

@@ -20,6 +20,24 @@ $$;
 comment on function pyjobq._new_job_ids(timestamptz, int) is
   'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
 
+-- The max_attempts of a new job: the enqueue's own, else its type's policy, else 3.
+create function pyjobq._max_attempts(p_job_type int, p_max_attempts int)
+returns int
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_max_attempts is not null then
+    return p_max_attempts;
+  end if;
+  return coalesce((select t.max_attempts from pyjobq.job_type t where t.job_type = p_job_type), 3);
+end;
+$$;
+
+comment on function pyjobq._max_attempts(int, int) is
+  'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -40,13 +58,14 @@ declare
   v_payload jsonb := coalesce(p_payload, '{}');
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
-  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_max_attempts int;
   v_seq bigint;
   v_new_id uuid;
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
   perform pyjobq._check_payload('p_payload', v_payload);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -84,7 +103,7 @@ $$;
 
 comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
-  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
+  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead. '
   'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
@@ -111,7 +130,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
-  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_max_attempts int;
   v_count int := coalesce(cardinality(p_payloads), 0);
   v_bad int;
   v_row record;
@@ -120,6 +139,7 @@ begin
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);

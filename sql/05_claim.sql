@@ -71,20 +71,21 @@ comment on function pyjobq._pending_from(timestamptz, timestamptz, boolean) is
   'Returns p_run_after, the time a job becoming PENDING at p_now is due (p_new: a new job, with a new seq), '
   'after voiding every session''s claim front if the job can sort before one. Every change to PENDING calls it.';
 
-create function pyjobq._retry_at(p_tries_used int, p_delay interval, p_now timestamptz)
+create function pyjobq._retry_at(p_job_type int, p_tries_used int, p_delay interval, p_now timestamptz)
 returns timestamptz
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq.retry_backoff(p_tries_used)), p_now, false);
+  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq._backoff(p_job_type, p_tries_used)),
+                              p_now, false);
 end;
 $$;
 
-comment on function pyjobq._retry_at(int, interval, timestamptz) is
-  'When a failed or reaped job is due again: p_now plus p_delay or, when null, retry_backoff(p_tries_used); '
-  'through _pending_from.';
+comment on function pyjobq._retry_at(int, int, interval, timestamptz) is
+  'When a failed or reaped job of type p_job_type is due again: p_now plus p_delay or, when null, the '
+  'type''s backoff after p_tries_used tries; through _pending_from.';
 
 create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
 returns void

@@ -156,7 +156,7 @@ begin
   update pyjobq.job j
      set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
          run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else pyjobq._retry_at(j.attempts - j.attempts_refunded, v_delay, v_now) end,
+                          else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now) end,
          worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
@@ -407,7 +407,7 @@ begin
                          then 4 else 1 end,
            run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
                             then j.run_after
-                            else pyjobq._retry_at(j.attempts - j.attempts_refunded, null, v_now) end,
+                            else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now) end,
            -- Cleared even for DEAD: the worker that lost the lease gets JQ001
            -- (lease_lost), never JQ003, which means "your attempt finished it".
            worker_id = null,

@@ -35,7 +35,8 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.schema_version(), pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.schema_version(),
+    pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
     pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),
@@ -69,6 +70,7 @@ begin
     pyjobq.job_type_grant(int, text, text),
     pyjobq.job_type_revoke(int, text, text),
     pyjobq.job_type_grants(),
+    pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;

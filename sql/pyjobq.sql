@@ -112,7 +112,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 6
+  select 7
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -124,13 +124,26 @@ create table pyjobq.job_type (
   job_type smallint primary key,
   name varchar(63) not null,
   created_at timestamptz not null default pyjobq.clock_now(),
+  -- The type's retry policy (job_type_set_policy); null: the default.
+  max_attempts smallint,
+  backoff_base_seconds double precision,
+  backoff_cap_seconds double precision,
+  backoff_jitter double precision,
+  timeout_seconds double precision,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
-  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> '')
+  constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
+  constraint job_type_policy_valid check (
+    max_attempts between 1 and 1000
+    and backoff_base_seconds > 0 and backoff_base_seconds <= 86400
+    and backoff_cap_seconds between coalesce(backoff_base_seconds, 2) and 31536000
+    and backoff_jitter between 0 and 1
+    and timeout_seconds > 0 and timeout_seconds <= 604800)
 );
 
 comment on table pyjobq.job_type is
-  'Registered job type codes and their names; job_enqueue refuses codes that are not here.';
+  'Registered job type codes and their names, with each type''s retry policy; job_enqueue refuses codes '
+  'that are not here.';
 
 insert into pyjobq.job_type (job_type, name) values (1, 'SEARCH'), (2, 'OUTBOX');
 
@@ -354,6 +367,27 @@ $$;
 comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
   'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
 
+create function pyjobq._check_seconds(p_name text, p_value double precision, p_above double precision,
+                                      p_max double precision)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- Null is the default; NaN fails both comparisons' negation below.
+  if p_value is not null and not (p_value > p_above and p_value <= p_max) then
+    raise exception '% must be more than % and at most % seconds', p_name, p_above, p_max
+      using errcode = '22023',
+            detail = format('%s was %s.', p_name, p_value),
+            hint = 'Leave it out for the default.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_seconds(text, double precision, double precision, double precision) is
+  'Raises 22023 naming p_name unless p_value is null or a number of seconds in (p_above, p_max].';
+
 -- The name of each status code, for the functions that show one.
 create function pyjobq._status_name(p_status int)
 returns text
@@ -543,6 +577,109 @@ as $$
 $$;
 
 comment on function pyjobq.job_types() is 'The registered job type codes and names.';
+
+-- Retry policy per type. Each type may set its own max_attempts (what an
+-- enqueue that passes none gets), backoff (base * 2^(tries - 1) seconds,
+-- capped, minus up to jitter of it at random) and execution timeout, which
+-- workers read with job_type_policies(). Null is the default, for every
+-- client alike: 3 tries, 2 s doubling to an hour, 25% jitter, no timeout.
+create function pyjobq.job_type_set_policy(
+  p_job_type int,
+  p_max_attempts int default null,
+  p_backoff_base_seconds double precision default null,
+  p_backoff_cap_seconds double precision default null,
+  p_backoff_jitter double precision default null,
+  p_timeout_seconds double precision default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  if p_max_attempts is not null then
+    perform pyjobq._check_range('p_max_attempts', p_max_attempts, 1, 1000);
+  end if;
+  perform pyjobq._check_seconds('p_backoff_base_seconds', p_backoff_base_seconds, 0, 86400);
+  perform pyjobq._check_seconds('p_backoff_cap_seconds', p_backoff_cap_seconds,
+                                coalesce(p_backoff_base_seconds, 2), 31536000);
+  if p_backoff_jitter is not null and not (p_backoff_jitter between 0 and 1) then
+    raise exception 'p_backoff_jitter must be between 0 and 1'
+      using errcode = '22023',
+            detail = format('p_backoff_jitter was %s.', p_backoff_jitter),
+            hint = 'The share of the delay taken off at random; leave it out for 0.25.';
+  end if;
+  perform pyjobq._check_seconds('p_timeout_seconds', p_timeout_seconds, 0, 604800);
+  update pyjobq.job_type t
+     set max_attempts = p_max_attempts,
+         backoff_base_seconds = p_backoff_base_seconds,
+         backoff_cap_seconds = p_backoff_cap_seconds,
+         backoff_jitter = p_backoff_jitter,
+         timeout_seconds = p_timeout_seconds
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision) is
+  'Sets job type p_job_type''s retry policy, each null meaning the default: max_attempts for enqueues that '
+  'pass none (1..1000, default 3), backoff base (0..86400 s, default 2) doubling per try up to the cap '
+  '(base..31536000 s, default 3600) minus up to p_backoff_jitter of it (0..1, default 0.25), and the '
+  'execution timeout workers apply (0..604800 s, default none). Jobs already enqueued keep their max_attempts.';
+
+create function pyjobq.job_type_policies()
+returns table (
+  job_type int,
+  name text,
+  max_attempts int,
+  backoff_base_seconds double precision,
+  backoff_cap_seconds double precision,
+  backoff_jitter double precision,
+  timeout_seconds double precision
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
+         coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds
+    from pyjobq.job_type t
+   order by t.job_type
+$$;
+
+comment on function pyjobq.job_type_policies() is
+  'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
+  'cap and jitter, and the execution timeout in seconds (null: none).';
+
+-- The delay before the retry that follows p_tries used tries of a job of type
+-- p_job_type, by its policy (retry_backoff's formula when it sets none).
+create function pyjobq._backoff(p_job_type int, p_tries int)
+returns interval
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_base double precision;
+  v_cap double precision;
+  v_jitter double precision;
+begin
+  select coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
+         coalesce(t.backoff_jitter, 0.25)
+    into v_base, v_cap, v_jitter
+    from pyjobq.job_type t
+   where t.job_type = p_job_type;
+  return make_interval(secs => least(v_cap, v_base * power(2.0, greatest(p_tries, 1) - 1))
+                               * (1.0 - v_jitter * random()));
+end;
+$$;
+
+comment on function pyjobq._backoff(int, int) is
+  'Delay before the retry after p_tries tries of a job of type p_job_type, by the type''s policy.';
 
 -- Jobs by name: every function takes the code, and a client that knows the
 -- name passes job_type_code('SEND_EMAIL') as the code. The name as registered
@@ -806,6 +943,24 @@ $$;
 comment on function pyjobq._new_job_ids(timestamptz, int) is
   'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
 
+-- The max_attempts of a new job: the enqueue's own, else its type's policy, else 3.
+create function pyjobq._max_attempts(p_job_type int, p_max_attempts int)
+returns int
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_max_attempts is not null then
+    return p_max_attempts;
+  end if;
+  return coalesce((select t.max_attempts from pyjobq.job_type t where t.job_type = p_job_type), 3);
+end;
+$$;
+
+comment on function pyjobq._max_attempts(int, int) is
+  'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -826,13 +981,14 @@ declare
   v_payload jsonb := coalesce(p_payload, '{}');
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
-  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_max_attempts int;
   v_seq bigint;
   v_new_id uuid;
   v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
   perform pyjobq._check_payload('p_payload', v_payload);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -870,7 +1026,7 @@ $$;
 
 comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
-  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default 3). With p_dedupe_key '
+  'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead. '
   'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
@@ -897,7 +1053,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
-  v_max_attempts int := coalesce(p_max_attempts, 3);
+  v_max_attempts int;
   v_count int := coalesce(cardinality(p_payloads), 0);
   v_bad int;
   v_row record;
@@ -906,6 +1062,7 @@ begin
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
@@ -1087,20 +1244,21 @@ comment on function pyjobq._pending_from(timestamptz, timestamptz, boolean) is
   'Returns p_run_after, the time a job becoming PENDING at p_now is due (p_new: a new job, with a new seq), '
   'after voiding every session''s claim front if the job can sort before one. Every change to PENDING calls it.';
 
-create function pyjobq._retry_at(p_tries_used int, p_delay interval, p_now timestamptz)
+create function pyjobq._retry_at(p_job_type int, p_tries_used int, p_delay interval, p_now timestamptz)
 returns timestamptz
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq.retry_backoff(p_tries_used)), p_now, false);
+  return pyjobq._pending_from(p_now + coalesce(p_delay, pyjobq._backoff(p_job_type, p_tries_used)),
+                              p_now, false);
 end;
 $$;
 
-comment on function pyjobq._retry_at(int, interval, timestamptz) is
-  'When a failed or reaped job is due again: p_now plus p_delay or, when null, retry_backoff(p_tries_used); '
-  'through _pending_from.';
+comment on function pyjobq._retry_at(int, int, interval, timestamptz) is
+  'When a failed or reaped job of type p_job_type is due again: p_now plus p_delay or, when null, the '
+  'type''s backoff after p_tries_used tries; through _pending_from.';
 
 create function pyjobq._claim_front_write(p_front pyjobq.claim_front)
 returns void
@@ -1554,7 +1712,7 @@ begin
   update pyjobq.job j
      set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
          run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else pyjobq._retry_at(j.attempts - j.attempts_refunded, v_delay, v_now) end,
+                          else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now) end,
          worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
          lease_until = null,
          last_error = left(p_error, 10000),
@@ -1805,7 +1963,7 @@ begin
                          then 4 else 1 end,
            run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
                             then j.run_after
-                            else pyjobq._retry_at(j.attempts - j.attempts_refunded, null, v_now) end,
+                            else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now) end,
            -- Cleared even for DEAD: the worker that lost the lease gets JQ001
            -- (lease_lost), never JQ003, which means "your attempt finished it".
            worker_id = null,
@@ -2476,7 +2634,8 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.schema_version(), pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.schema_version(),
+    pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
     pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),
@@ -2510,6 +2669,7 @@ begin
     pyjobq.job_type_grant(int, text, text),
     pyjobq.job_type_revoke(int, text, text),
     pyjobq.job_type_grants(),
+    pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;

@@ -44,6 +44,7 @@ class Runner:
         outcomes: Outcomes,
         handlers: Mapping[int, Handler],
         executor: ThreadPoolExecutor | None,
+        timeouts: Mapping[int, float] | None = None,
     ) -> None:
         self.state = state
         self.claimer = claimer
@@ -51,6 +52,9 @@ class Runner:
         self.handlers = handlers
         self.executor = executor
         self.job_timeout = state.config.job_timeout
+        # Per job type, the execution timeout of its policy (job_type_set_policy): it wins over
+        # the worker's job_timeout.
+        self.timeouts = dict(timeouts or {})
         # Threads still held by sync handlers past their timeout (see linger), and how many
         # the executor has beyond one per runner to take their place.
         self.lingering = 0
@@ -87,8 +91,9 @@ class Runner:
         s.hook(s.hooks.on_job_start, job)
         handler = self.handlers[job.job_type]
         is_async_job = job.job_type in self.outcomes.async_types
+        deadline = self.timeouts.get(job.job_type, self.job_timeout)
         try:
-            if self.job_timeout is None:
+            if deadline is None:
                 # No deadline: no extra task or shield per job. An async handler runs in
                 # this runner's task (a hard stop or a cancel cancels the runner), a sync one
                 # in the pool.
@@ -107,7 +112,7 @@ class Runner:
                     held.task = asyncio.ensure_future(coro)
                 else:
                     held.task = self.in_thread(held, handler)
-                result = await asyncio.wait_for(asyncio.shield(held.task), self.job_timeout)
+                result = await asyncio.wait_for(asyncio.shield(held.task), deadline)
         except asyncio.CancelledError:
             if not held.cancelled:
                 raise  # a hard stop
@@ -117,14 +122,14 @@ class Runner:
         except DeadLetter as e:
             await self.outcomes.fail(held, e, None, True)
         except TimeoutError as e:
-            if self.job_timeout is None or held.task is None:  # raised by the handler itself
+            if deadline is None or held.task is None:  # raised by the handler itself
                 await self.outcomes.fail(held, e, None, False)
                 return
             held.task.cancel()
             s.metrics.timed_out += 1
             if not is_async_job:
                 self.linger(held)
-            timeout = TimeoutError(f"handler did not finish within {self.job_timeout}s")
+            timeout = TimeoutError(f"handler did not finish within {deadline}s")
             timeout.__cause__ = e
             await self.outcomes.fail(held, timeout, None, False)
         except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us

@@ -91,6 +91,7 @@ class Worker:
         self._outcomes = Outcomes(self._state, self._async_types)
         self._drain = Drain(self._state, self._claimer)
         self._runner: Runner | None = None
+        self._timeouts: dict[int, float] = {}
 
     # -- what a caller reads -------------------------------------------------
 
@@ -172,7 +173,9 @@ class Worker:
             # One thread per runner, and spares for handlers lingering past their timeout.
             threads = config.concurrency + lingering_limit(config)
             executor = ThreadPoolExecutor(threads, thread_name_prefix="pyjobq-job")
-        self._runner = runner = Runner(s, self._claimer, self._outcomes, self.handlers, executor)
+        self._runner = runner = Runner(
+            s, self._claimer, self._outcomes, self.handlers, executor, self._timeouts
+        )
         tasks = {
             "claimer": s.spawn(self._claimer.run()),
             "completer": s.spawn(Completer(s, self._outcomes).run()),
@@ -224,6 +227,7 @@ class Worker:
                 if code in handlers:
                     raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
                 handlers[code] = handler
+            policies = await queue.type_policies()
             wanted = set(handlers)
             if self._only is not None:
                 wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}
@@ -241,6 +245,11 @@ class Worker:
         self.job_types = self._claimer.job_types = sorted(self.handlers)
         self._async_types = {t for t, h in self.handlers.items() if is_async(h)}
         self._outcomes.async_types = self._async_types
+        self._timeouts = {
+            p.job_type: p.timeout_seconds
+            for p in policies
+            if p.job_type in self.handlers and p.timeout_seconds is not None
+        }
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):

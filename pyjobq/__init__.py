@@ -17,6 +17,7 @@ from pyjobq.migrate import SCHEMA_VERSION, Migrated, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
     Cancellation,
+    ClaimBatch,
     ClaimedJob,
     Completion,
     CountRow,
@@ -39,6 +40,7 @@ from pyjobq.rows import (
 __all__ = [
     "SCHEMA_VERSION",
     "Cancellation",
+    "ClaimBatch",
     "ClaimedJob",
     "Completion",
     "CountRow",

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg.pq import Format
-from psycopg.rows import AsyncRowFactory, class_row, scalar_row
+from psycopg.rows import AsyncRowFactory, class_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,6 +25,7 @@ from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
     Cancellation,
+    ClaimBatch,
     ClaimedJob,
     Completion,
     CountRow,
@@ -166,6 +167,39 @@ class AsyncJobQueue:
         codes = None if job_types is None else [await self._code(t) for t in job_types]
         params = (worker_id, limit, lease_seconds, codes)
         return await self._rows(ClaimedJob, statements.CLAIM, params)
+
+    async def claim_with_next_due(
+        self,
+        worker_id: str,
+        limit: int | None = None,
+        lease_seconds: int | None = None,
+        job_types: Sequence[int | str] | None = None,
+    ) -> ClaimBatch:
+        """``job_claim``, and ``job_next_due`` for the same types in the same statement.
+
+        Returns the jobs claimed and the seconds until the next job still to come becomes
+        due (``None`` when none is scheduled), so an idle worker sleeps exactly that long for
+        the one round trip a plain claim costs.
+        """
+        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        params = (codes, worker_id, limit, lease_seconds, codes)
+        async with (
+            translated(),
+            self._connection() as conn,
+            _cursor(conn, tuple_row) as cur,
+        ):
+            await cur.execute(statements.CLAIM_WITH_NEXT_DUE, params, binary=True)
+            rows = await cur.fetchall()
+        # An empty claim is one row: no job, only the time.
+        jobs = [ClaimedJob(*row[:-1]) for row in rows if row[0] is not None]
+        return ClaimBatch(jobs, rows[0][-1])
+
+    async def next_due(self, job_types: Sequence[int | str] | None = None) -> datetime | None:
+        """``job_next_due``: when the earliest PENDING job not yet due becomes due (None if none
+        is scheduled), among ``job_types`` (default: every type this role may work)."""
+        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        due: datetime | None = await self._scalar(statements.NEXT_DUE, (codes,))
+        return due
 
     async def complete(
         self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None

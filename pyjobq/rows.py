@@ -51,6 +51,15 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What ``claim_with_next_due`` returns: the jobs ``job_claim`` took, and the seconds until
+    the time ``job_next_due`` gives (None when no job is scheduled to become due)."""
+
+    jobs: list[ClaimedJob]
+    next_due_in: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A row of ``job_complete_many``: ``completed`` is false for an attempt no longer held."""
 

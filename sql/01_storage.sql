@@ -10,6 +10,7 @@
 --
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
 --   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
+--   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail                         -> PENDING again after a backoff, or DEAD (4)
@@ -101,7 +102,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 7
+  select 8
 $$;
 
 comment on function pyjobq.schema_version() is

@@ -38,6 +38,27 @@ $$;
 comment on function pyjobq._max_attempts(int, int) is
   'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
 
+-- The announcement on channel pyjobq_job that a job of a type is PENDING: its
+-- type alone when due now, "type@epoch" when it becomes due later, so an idle
+-- worker that plans to claim before that time need not wake, and one that
+-- plans to claim after it claims then instead.
+create function pyjobq._announce(p_job_type int, p_run_after timestamptz, p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pg_notify('pyjobq_job',
+                    case when p_run_after <= p_now then p_job_type::text
+                         else format('%s@%s', p_job_type, extract(epoch from p_run_after)) end);
+end;
+$$;
+
+comment on function pyjobq._announce(int, timestamptz, timestamptz) is
+  'Notifies channel pyjobq_job on commit that a job of type p_job_type is PENDING: payload the type when '
+  'p_run_after <= p_now, else type@run_after in seconds since 1970.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -84,9 +105,7 @@ begin
     returning j.job_id into v_id;
     if v_id is not null then
       perform pyjobq._pending_from(v_run_after, v_now, true);
-      if v_run_after <= v_now then
-        perform pg_notify('pyjobq_job', p_job_type::text);
-      end if;
+      perform pyjobq._announce(p_job_type, v_run_after, v_now);
       return query select v_id, true;
       return;
     end if;
@@ -106,7 +125,8 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) 
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead. '
-  'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
+  'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
+  'becomes due later.';
 
 create function pyjobq.job_enqueue_many(
   p_job_type int,
@@ -189,9 +209,7 @@ begin
     select i.ord, i.new_id, true
       from input i
      order by i.ord;
-    if v_run_after <= v_now then
-      perform pg_notify('pyjobq_job', p_job_type::text);
-    end if;
+    perform pyjobq._announce(p_job_type, v_run_after, v_now);
     return;
   end if;
 
@@ -237,13 +255,12 @@ begin
     end if;
     return next;
   end loop;
-  if v_run_after <= v_now then
-    perform pg_notify('pyjobq_job', p_job_type::text);
-  end if;
+  perform pyjobq._announce(p_job_type, v_run_after, v_now);
 end;
 $$;
 
 comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload. Returns one row per payload in input '
-  'order: its 1-based position, the job id, and whether it was newly created.';
+  'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
+  'job_enqueue does.';

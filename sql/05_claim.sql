@@ -314,6 +314,45 @@ comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) 
   'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
   'resuming from this session''s claim front, and writes the new front.';
 
+-- The job types a claim (or job_next_due) looks at: p_job_types checked, or
+-- every registered type when null. Types whose work privilege names roles the
+-- caller is not in are left out of "every type", refused when asked for by code.
+create function pyjobq._work_types(p_job_types int[])
+returns smallint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_types smallint[];
+  v_denied smallint[] := pyjobq._denied_types('work');
+begin
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type)
+      into v_types
+      from pyjobq.job_type t
+     where t.job_type <> all (v_denied);
+    return coalesce(v_types, '{}');
+  end if;
+  if exists (select 1
+               from unnest(p_job_types) as u(code)
+              where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null for every registered type.';
+  end if;
+  if cardinality(v_denied) > 0 then
+    perform pyjobq._check_privilege('work', p_job_types);
+  end if;
+  return p_job_types::smallint[];
+end;
+$$;
+
+comment on function pyjobq._work_types(int[]) is
+  'The job types a worker''s call looks at: p_job_types checked (22023 for a code out of range, 42501 for a '
+  'type the caller may not work), or every registered type the caller may work when null.';
+
 create function pyjobq.job_claim(
   p_worker_id text,
   p_limit int default null,
@@ -341,36 +380,12 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
-  v_types smallint[];
-  v_denied smallint[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
-  if p_job_types is null then
-    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
-  elsif exists (select 1
-                  from unnest(p_job_types) as u(code)
-                 where u.code is null or u.code not between 1 and 32767) then
-    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
-      using errcode = '22023',
-            hint = 'Pass null to claim every registered type.';
-  else
-    v_types := p_job_types::smallint[];
-  end if;
-  -- Types whose work privilege names roles the caller is not in: left out of
-  -- "every type", refused when asked for by code.
-  v_denied := pyjobq._denied_types('work');
-  if cardinality(v_denied) > 0 then
-    if p_job_types is null then
-      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
-    else
-      perform pyjobq._check_privilege('work', v_types::int[]);
-    end if;
-  end if;
-
-  return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+  return query
+  select * from pyjobq._claim_pick(p_worker_id, pyjobq._work_types(p_job_types), v_limit, v_lease, v_now);
 end;
 $$;
 
@@ -380,3 +395,59 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
   'An empty result means nothing is due.';
+
+-- When an idle worker should claim again. A job that becomes due later, by
+-- its run_after or a retry's backoff, is announced by nothing at that time, so
+-- a worker that knows the time sleeps until then instead of a poll interval.
+-- Due jobs are left out: they are claimed, or locked by a claimer, already.
+-- job_claim_idx leads with priority, so the earliest run_after is found per
+-- priority (a skip scan over the few priorities in use), each an index probe.
+create function pyjobq.job_next_due(p_job_types int[] default null)
+returns timestamptz
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_types smallint[] := pyjobq._work_types(p_job_types);
+  v_next timestamptz;
+begin
+  with recursive priorities as (
+    (select c.priority
+       from pyjobq.job c
+      where c.status = 1
+      order by c.priority
+      limit 1)
+    union all
+    select (select c.priority
+              from pyjobq.job c
+             where c.status = 1
+               and c.priority > p.priority
+             order by c.priority
+             limit 1)
+      from priorities p
+     where p.priority is not null
+  )
+  select min((select c.run_after
+                from pyjobq.job c
+               where c.status = 1
+                 and c.priority = p.priority
+                 and c.run_after > v_now
+                 and c.job_type = any (v_types)
+               order by c.run_after
+               limit 1))
+    into v_next
+    from priorities p
+   where p.priority is not null;
+  return v_next;
+end;
+$$;
+
+comment on function pyjobq.job_next_due(int[]) is
+  'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
+  'caller may work), or null when none is scheduled: when an idle worker should claim again. Jobs due now '
+  'are not counted.';

@@ -140,6 +140,7 @@ declare
   v_denied smallint[] := pyjobq._denied_types('work');
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
+  v_job_type int;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -166,9 +167,13 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
-  returning j.status::int, j.run_after into status, run_after;
+  returning j.status::int, j.run_after, j.job_type into status, run_after, v_job_type;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  -- The retry is announced like a new job: idle workers learn when it is due.
+  if status = 1 then
+    perform pyjobq._announce(v_job_type, run_after, v_now);
   end if;
   return next;
 end;
@@ -178,7 +183,8 @@ comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boo
   'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
   'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
   '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
-  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
+  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete. A retry notifies '
+  'pyjobq_job as job_enqueue does.';
 
 -- Leases ----------------------------------------------------------------------
 

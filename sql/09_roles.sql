@@ -44,6 +44,7 @@ begin
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
+    pyjobq.job_next_due(int[]),
     pyjobq.job_complete(uuid, text, int, jsonb),
     pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
     pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
@@ -80,7 +81,7 @@ revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
-  'complete, fail, '
+  'next due, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
   'redrive, prune, '
   'register types, per-type grants) '

@@ -21,6 +21,7 @@
 --
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
 --   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
+--   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail                         -> PENDING again after a backoff, or DEAD (4)
@@ -112,7 +113,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 7
+  select 8
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -961,6 +962,27 @@ $$;
 comment on function pyjobq._max_attempts(int, int) is
   'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
 
+-- The announcement on channel pyjobq_job that a job of a type is PENDING: its
+-- type alone when due now, "type@epoch" when it becomes due later, so an idle
+-- worker that plans to claim before that time need not wake, and one that
+-- plans to claim after it claims then instead.
+create function pyjobq._announce(p_job_type int, p_run_after timestamptz, p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pg_notify('pyjobq_job',
+                    case when p_run_after <= p_now then p_job_type::text
+                         else format('%s@%s', p_job_type, extract(epoch from p_run_after)) end);
+end;
+$$;
+
+comment on function pyjobq._announce(int, timestamptz, timestamptz) is
+  'Notifies channel pyjobq_job on commit that a job of type p_job_type is PENDING: payload the type when '
+  'p_run_after <= p_now, else type@run_after in seconds since 1970.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -1007,9 +1029,7 @@ begin
     returning j.job_id into v_id;
     if v_id is not null then
       perform pyjobq._pending_from(v_run_after, v_now, true);
-      if v_run_after <= v_now then
-        perform pg_notify('pyjobq_job', p_job_type::text);
-      end if;
+      perform pyjobq._announce(p_job_type, v_run_after, v_now);
       return query select v_id, true;
       return;
     end if;
@@ -1029,7 +1049,8 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) 
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead. '
-  'Notifies channel pyjobq_job with the job type on commit when the job is due now.';
+  'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
+  'becomes due later.';
 
 create function pyjobq.job_enqueue_many(
   p_job_type int,
@@ -1112,9 +1133,7 @@ begin
     select i.ord, i.new_id, true
       from input i
      order by i.ord;
-    if v_run_after <= v_now then
-      perform pg_notify('pyjobq_job', p_job_type::text);
-    end if;
+    perform pyjobq._announce(p_job_type, v_run_after, v_now);
     return;
   end if;
 
@@ -1160,16 +1179,15 @@ begin
     end if;
     return next;
   end loop;
-  if v_run_after <= v_now then
-    perform pg_notify('pyjobq_job', p_job_type::text);
-  end if;
+  perform pyjobq._announce(p_job_type, v_run_after, v_now);
 end;
 $$;
 
 comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload. Returns one row per payload in input '
-  'order: its 1-based position, the job id, and whether it was newly created.';
+  'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
+  'job_enqueue does.';
 
 -- Claim -----------------------------------------------------------------------
 --
@@ -1487,6 +1505,45 @@ comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) 
   'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
   'resuming from this session''s claim front, and writes the new front.';
 
+-- The job types a claim (or job_next_due) looks at: p_job_types checked, or
+-- every registered type when null. Types whose work privilege names roles the
+-- caller is not in are left out of "every type", refused when asked for by code.
+create function pyjobq._work_types(p_job_types int[])
+returns smallint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_types smallint[];
+  v_denied smallint[] := pyjobq._denied_types('work');
+begin
+  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
+  if p_job_types is null then
+    select array_agg(t.job_type order by t.job_type)
+      into v_types
+      from pyjobq.job_type t
+     where t.job_type <> all (v_denied);
+    return coalesce(v_types, '{}');
+  end if;
+  if exists (select 1
+               from unnest(p_job_types) as u(code)
+              where u.code is null or u.code not between 1 and 32767) then
+    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
+      using errcode = '22023',
+            hint = 'Pass null for every registered type.';
+  end if;
+  if cardinality(v_denied) > 0 then
+    perform pyjobq._check_privilege('work', p_job_types);
+  end if;
+  return p_job_types::smallint[];
+end;
+$$;
+
+comment on function pyjobq._work_types(int[]) is
+  'The job types a worker''s call looks at: p_job_types checked (22023 for a code out of range, 42501 for a '
+  'type the caller may not work), or every registered type the caller may work when null.';
+
 create function pyjobq.job_claim(
   p_worker_id text,
   p_limit int default null,
@@ -1514,36 +1571,12 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
-  v_types smallint[];
-  v_denied smallint[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  p_job_types := pyjobq._check_array('p_job_types', p_job_types);
-  if p_job_types is null then
-    select array_agg(t.job_type order by t.job_type) into v_types from pyjobq.job_type t;
-  elsif exists (select 1
-                  from unnest(p_job_types) as u(code)
-                 where u.code is null or u.code not between 1 and 32767) then
-    raise exception 'p_job_types elements must be job type codes between 1 and 32767'
-      using errcode = '22023',
-            hint = 'Pass null to claim every registered type.';
-  else
-    v_types := p_job_types::smallint[];
-  end if;
-  -- Types whose work privilege names roles the caller is not in: left out of
-  -- "every type", refused when asked for by code.
-  v_denied := pyjobq._denied_types('work');
-  if cardinality(v_denied) > 0 then
-    if p_job_types is null then
-      v_types := array(select u.code from unnest(v_types) as u(code) where u.code <> all (v_denied) order by 1);
-    else
-      perform pyjobq._check_privilege('work', v_types::int[]);
-    end if;
-  end if;
-
-  return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+  return query
+  select * from pyjobq._claim_pick(p_worker_id, pyjobq._work_types(p_job_types), v_limit, v_lease, v_now);
 end;
 $$;
 
@@ -1553,6 +1586,62 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
   'An empty result means nothing is due.';
+
+-- When an idle worker should claim again. A job that becomes due later, by
+-- its run_after or a retry's backoff, is announced by nothing at that time, so
+-- a worker that knows the time sleeps until then instead of a poll interval.
+-- Due jobs are left out: they are claimed, or locked by a claimer, already.
+-- job_claim_idx leads with priority, so the earliest run_after is found per
+-- priority (a skip scan over the few priorities in use), each an index probe.
+create function pyjobq.job_next_due(p_job_types int[] default null)
+returns timestamptz
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_types smallint[] := pyjobq._work_types(p_job_types);
+  v_next timestamptz;
+begin
+  with recursive priorities as (
+    (select c.priority
+       from pyjobq.job c
+      where c.status = 1
+      order by c.priority
+      limit 1)
+    union all
+    select (select c.priority
+              from pyjobq.job c
+             where c.status = 1
+               and c.priority > p.priority
+             order by c.priority
+             limit 1)
+      from priorities p
+     where p.priority is not null
+  )
+  select min((select c.run_after
+                from pyjobq.job c
+               where c.status = 1
+                 and c.priority = p.priority
+                 and c.run_after > v_now
+                 and c.job_type = any (v_types)
+               order by c.run_after
+               limit 1))
+    into v_next
+    from priorities p
+   where p.priority is not null;
+  return v_next;
+end;
+$$;
+
+comment on function pyjobq.job_next_due(int[]) is
+  'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
+  'caller may work), or null when none is scheduled: when an idle worker should claim again. Jobs due now '
+  'are not counted.';
 
 -- Finish ----------------------------------------------------------------------
 
@@ -1696,6 +1785,7 @@ declare
   v_denied smallint[] := pyjobq._denied_types('work');
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
+  v_job_type int;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -1722,9 +1812,13 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
-  returning j.status::int, j.run_after into status, run_after;
+  returning j.status::int, j.run_after, j.job_type into status, run_after, v_job_type;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+  end if;
+  -- The retry is announced like a new job: idle workers learn when it is due.
+  if status = 1 then
+    perform pyjobq._announce(v_job_type, run_after, v_now);
   end if;
   return next;
 end;
@@ -1734,7 +1828,8 @@ comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boo
   'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
   'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
   '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
-  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete.';
+  'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete. A retry notifies '
+  'pyjobq_job as job_enqueue does.';
 
 -- Leases ----------------------------------------------------------------------
 
@@ -2643,6 +2738,7 @@ begin
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
+    pyjobq.job_next_due(int[]),
     pyjobq.job_complete(uuid, text, int, jsonb),
     pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
     pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
@@ -2679,7 +2775,7 @@ revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
-  'complete, fail, '
+  'next due, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
   'redrive, prune, '
   'register types, per-type grants) '

@@ -256,6 +256,15 @@ def test_each_statement_names_exactly_the_fields_of_its_row(name: str, row: type
     assert "*" not in statement
 
 
+def test_claim_with_next_due_reads_the_columns_of_a_claim_then_the_wait() -> None:
+    columns = re.match(r"select (.*?) from \(", statements.CLAIM_WITH_NEXT_DUE)
+    assert columns is not None
+    assert [c.strip() for c in columns.group(1).split(",")] == [
+        *(f.name for f in dataclasses.fields(ClaimedJob)),
+        "next_due_in",
+    ]
+
+
 def test_get_shows_a_job_at_each_step_of_its_life(conn: Conn) -> None:
     q = JobQueue(conn)
     freeze(conn, FROZEN)

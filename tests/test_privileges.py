@@ -62,6 +62,7 @@ ALLOWED = {
     },
     "pyjobq_worker": {
         "job_claim",
+        "job_next_due",
         "job_complete",
         "job_complete_many",
         "job_fail",

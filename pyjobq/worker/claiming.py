@@ -4,6 +4,7 @@ and the wake-ups (LISTEN) that end an idle claimer's sleep."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from typing import Any
@@ -35,9 +36,10 @@ MAX_FLUSHES = 2
 
 class Claimer:
     """Claims up to the free capacity (``concurrency`` + prefetch less the running and
-    prefetched jobs) in one ``job_claim``, then waits for a NOTIFY, free room or the poll
-    interval; it also waits while finished jobs pile up unsent, since their rows stay RUNNING
-    until completed."""
+    prefetched jobs) in one ``job_claim``, then waits for a NOTIFY, free room, the time the
+    next job becomes due (``job_next_due``, read in the same statement) or the poll interval;
+    it also waits while finished jobs pile up unsent, since their rows stay RUNNING until
+    completed."""
 
     def __init__(self, state: WorkerState, job_types: list[int]) -> None:
         self.state = state
@@ -112,16 +114,20 @@ class Claimer:
                 await s.room.wait()
                 continue
             s.notified.clear()
+            s.next_claim_at = math.inf
             started = time.monotonic()
             try:
-                jobs = await s.call(
-                    s.queue.claim(s.worker_id, want, config.lease_seconds, self.job_types)
+                claimed = await s.call(
+                    s.queue.claim_with_next_due(
+                        s.worker_id, want, config.lease_seconds, self.job_types
+                    )
                 )
             except DATABASE_ERRORS as e:
                 failures += 1
                 await s.backoff(failures, "claim", e)
                 continue
             failures = 0
+            jobs = claimed.jobs
             s.metrics.claims += 1
             s.metrics.claimed += len(jobs)
             held = [Held(job, started, started) for job in jobs]
@@ -132,8 +138,12 @@ class Claimer:
             if held:
                 s.job_ready.set()
             if len(jobs) < want:
-                # Nothing more is due: sleep until a NOTIFY, the reaper, or the poll.
+                # Nothing more is due: sleep until the next job becomes due, a NOTIFY of one
+                # due sooner, the reaper, or the poll.
                 timeout = config.poll_interval * random.uniform(0.9, 1.1)
+                if claimed.next_due_in is not None:
+                    timeout = min(timeout, claimed.next_due_in)
+                s.next_claim_at = time.time() + timeout
                 with suppress_timeout():
                     await asyncio.wait_for(s.notified.wait(), timeout)
 
@@ -188,7 +198,12 @@ class Listener:
                 await s.backoff(failures, "listen", e)
 
     def wanted(self, payload: str) -> bool:
+        """True for a job of a handled type (or of no type named) that is due before the claimer
+        claims anyway: the payload is ``type``, ``type@epoch`` for a job due later, or empty."""
+        job_type, _, due = payload.partition("@")
         try:
-            return not payload or int(payload) in self.handled
+            if job_type and int(job_type) not in self.handled:
+                return False
+            return not due or float(due) < self.state.next_claim_at
         except ValueError:
             return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -82,6 +83,9 @@ class WorkerState:
         self.flushing: set[Held] = set()
         # A NOTIFY, a reap or a start: jobs may be due.
         self.notified = asyncio.Event()
+        # When (time.time()) the claimer claims next unless woken: infinity while it claims,
+        # so that a job announced meanwhile wakes it whenever it is due.
+        self.next_claim_at = math.inf
         # The claimer may have room to claim.
         self.room = asyncio.Event()
         # The buffer has a job for a runner.

@@ -322,3 +322,40 @@ def test_run_works_off_the_main_thread_and_stop_comes_from_any_thread(dsn: str, 
     (metrics,) = outcome
     assert not isinstance(metrics, BaseException), metrics
     assert metrics.completed == 20
+
+
+def test_a_job_given_back_at_shutdown_is_never_started(dsn: str, db: Conn) -> None:
+    """The drain gives the unstarted jobs back while the one runner is still busy. A runner that
+    frees up while that release is on its way must find none of them: a job given back and run
+    too would run twice."""
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": n} for n in range(12)])
+    holding, go_on = threading.Event(), threading.Event()
+    started: list[int] = []
+
+    def handler(job: ClaimedJob) -> None:
+        started.append(job.payload["n"])
+        if len(started) == 1:
+            holding.set()
+            go_on.wait(60)
+
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=1, prefetch=4)
+    state = worker._state
+    with running(worker) as r, psycopg.connect(dsn) as locker:
+        wait_for(holding.is_set, "the first job to hold the one runner")
+        wait_for(lambda: len(state.buffer) == 4, "four jobs waiting claimed")
+        # Hold one of them locked, so that the release waits while the runner frees up.
+        locker.execute("select 1 from pyjobq.job where job_id = %s for update",
+                       (state.buffer[-1].job.job_id,))  # fmt: skip
+        r.worker.stop()
+        waiting = (
+            "select count(*) from pg_stat_activity"
+            " where wait_event_type = 'Lock' and query like '%%job_release_many%%'"
+        )
+        wait_for(lambda: db.execute(waiting).fetchone() == (1,), "the release to wait")
+        go_on.set()
+        wait_for(lambda: len(started) > 1 or not state.running, "the runner to free up")
+        locker.commit()
+        metrics = r.stop()
+    assert started == [0]
+    assert (metrics.completed, metrics.released, metrics.lease_lost) == (1, 4, 0)
+    assert statuses(db) == {3: 1, 1: 11}

@@ -70,9 +70,12 @@ class Drain:
         hard = asyncio.ensure_future(s.hard_stop.wait())
         try:
             await asyncio.wait([tasks["claimer"], hard], return_when=asyncio.FIRST_COMPLETED)
-            if not s.hard_stop.is_set():
-                await self.claimer.release(list(s.buffer))
+            # Out of the buffer before the release is sent: a runner that frees up meanwhile
+            # must not start a job that is being given back (it would run twice).
+            unstarted = list(s.buffer)
             s.buffer.clear()
+            if not s.hard_stop.is_set():
+                await self.claimer.release(unstarted)
             s.draining = True
             s.job_ready.set()
             if s.running and not s.hard_stop.is_set():

@@ -38,6 +38,7 @@ from pyjobq.rows import (
     RegisteredType,
     Release,
     Renewal,
+    Settings,
     TypeGrant,
     TypePolicy,
     Watched,
@@ -202,13 +203,20 @@ class AsyncJobQueue:
         return due
 
     async def complete(
-        self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        result: Payload | None = None,
+        lease_token: UUID | None = None,
     ) -> None:
-        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``.
+        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt`` with
+        ``lease_token`` (the claim's).
 
         Raises :class:`~pyjobq.errors.LeaseLost` when it no longer does.
         """
-        await self._scalar(statements.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+        params = (job_id, worker_id, attempt, jsonb(result), lease_token)
+        await self._scalar(statements.COMPLETE, params)
 
     async def complete_many(
         self,
@@ -216,13 +224,20 @@ class AsyncJobQueue:
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
         results: Sequence[Payload | Jsonb | None] | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Completion]:
         """``job_complete_many``: complete up to 10000 held jobs in one round trip.
 
         Jobs no longer held are left alone and reported with ``completed=False``; an
         attempt this holder already completed (a retry after a lost reply) with ``True``.
         """
-        params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            jsonb_array(results),
+            optional_list(lease_tokens),
+        )
         return await self._rows(Completion, statements.COMPLETE_MANY, params)
 
     async def fail(
@@ -233,20 +248,26 @@ class AsyncJobQueue:
         error: str | None = None,
         retry_delay_seconds: float | None = None,
         dead_letter: bool | None = None,
+        lease_token: UUID | None = None,
     ) -> FailOutcome:
         """``job_fail``: record a failed attempt.
 
         The job is PENDING again after the backoff (or ``retry_delay_seconds``)
         while attempts remain, otherwise (or with ``dead_letter``) DEAD.
         """
-        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
+        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter, lease_token)
         return await self._one(FailOutcome, statements.FAIL, params)
 
     async def renew_lease(
-        self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        lease_seconds: int | None = None,
+        lease_token: UUID | None = None,
     ) -> datetime:
         """``job_renew_lease``: extend the lease of a held attempt; returns the new lease end."""
-        params = (job_id, worker_id, attempt, lease_seconds)
+        params = (job_id, worker_id, attempt, lease_seconds, lease_token)
         lease_until: datetime = await self._scalar(statements.RENEW_LEASE, params)
         return lease_until
 
@@ -256,28 +277,41 @@ class AsyncJobQueue:
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
         lease_seconds: int | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Renewal]:
         """``job_renew_lease_many``: renew up to 10000 held leases in one round trip.
 
         Returns one :class:`Renewal` per job, in input order; a job no longer held is left
         alone and reported with ``renewed=False``.
         """
-        params = (worker_id, list(job_ids), list(attempts), lease_seconds)
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            lease_seconds,
+            optional_list(lease_tokens),
+        )
         return await self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
 
-    async def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
+    async def release(
+        self, job_id: UUID, worker_id: str, attempt: int, lease_token: UUID | None = None
+    ) -> None:
         """``job_release``: give a held, unstarted attempt back (PENDING, the try not used up)."""
-        await self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
+        await self._scalar(statements.RELEASE, (job_id, worker_id, attempt, lease_token))
 
     async def release_many(
-        self, worker_id: str, job_ids: Sequence[UUID], attempts: Sequence[int]
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Release]:
         """``job_release_many``: give up to 10000 held, unstarted attempts back in one round trip.
 
         Returns one :class:`Release` per job, in input order; ``released=False`` for a job no
         longer held (left alone).
         """
-        params = (worker_id, list(job_ids), list(attempts))
+        params = (worker_id, list(job_ids), list(attempts), optional_list(lease_tokens))
         return await self._rows(Release, statements.RELEASE_MANY, params)
 
     async def reap(self, limit: int | None = None) -> list[ReapedJob]:
@@ -455,6 +489,14 @@ class AsyncJobQueue:
         if code is None:
             code = self._codes[job_type] = await self.type_code(job_type)
         return code
+
+    async def settings(self) -> Settings:
+        """``job_settings``: the install's settings."""
+        return await self._one(Settings, statements.SETTINGS, ())
+
+    async def settings_set(self, require_lease_token: bool | None = None) -> Settings:
+        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
+        return await self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
 
     async def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

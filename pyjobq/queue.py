@@ -34,6 +34,7 @@ from pyjobq.rows import (
     RegisteredType,
     Release,
     Renewal,
+    Settings,
     TypeGrant,
     TypePolicy,
     Watched,
@@ -198,13 +199,20 @@ class JobQueue:
         return due
 
     def complete(
-        self, job_id: UUID, worker_id: str, attempt: int, result: Payload | None = None
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        result: Payload | None = None,
+        lease_token: UUID | None = None,
     ) -> None:
-        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt``.
+        """``job_complete``: mark the job DONE if ``worker_id`` still holds ``attempt`` with
+        ``lease_token`` (the claim's).
 
         Raises :class:`~pyjobq.errors.LeaseLost` when it no longer does.
         """
-        self._scalar(statements.COMPLETE, (job_id, worker_id, attempt, jsonb(result)))
+        params = (job_id, worker_id, attempt, jsonb(result), lease_token)
+        self._scalar(statements.COMPLETE, params)
 
     def complete_many(
         self,
@@ -212,13 +220,20 @@ class JobQueue:
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
         results: Sequence[Payload | Jsonb | None] | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Completion]:
         """``job_complete_many``: complete up to 10000 held jobs in one round trip.
 
         Jobs no longer held are left alone and reported with ``completed=False``; an
         attempt this holder already completed (a retry after a lost reply) with ``True``.
         """
-        params = (worker_id, list(job_ids), list(attempts), jsonb_array(results))
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            jsonb_array(results),
+            optional_list(lease_tokens),
+        )
         return self._rows(Completion, statements.COMPLETE_MANY, params)
 
     def fail(
@@ -229,20 +244,26 @@ class JobQueue:
         error: str | None = None,
         retry_delay_seconds: float | None = None,
         dead_letter: bool | None = None,
+        lease_token: UUID | None = None,
     ) -> FailOutcome:
         """``job_fail``: record a failed attempt.
 
         The job is PENDING again after the backoff (or ``retry_delay_seconds``)
         while attempts remain, otherwise (or with ``dead_letter``) DEAD.
         """
-        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter)
+        params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter, lease_token)
         return self._one(FailOutcome, statements.FAIL, params)
 
     def renew_lease(
-        self, job_id: UUID, worker_id: str, attempt: int, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        lease_seconds: int | None = None,
+        lease_token: UUID | None = None,
     ) -> datetime:
         """``job_renew_lease``: extend the lease of a held attempt; returns the new lease end."""
-        params = (job_id, worker_id, attempt, lease_seconds)
+        params = (job_id, worker_id, attempt, lease_seconds, lease_token)
         lease_until: datetime = self._scalar(statements.RENEW_LEASE, params)
         return lease_until
 
@@ -252,28 +273,41 @@ class JobQueue:
         job_ids: Sequence[UUID],
         attempts: Sequence[int],
         lease_seconds: int | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Renewal]:
         """``job_renew_lease_many``: renew up to 10000 held leases in one round trip.
 
         Returns one :class:`Renewal` per job, in input order; a job no longer held is left
         alone and reported with ``renewed=False``.
         """
-        params = (worker_id, list(job_ids), list(attempts), lease_seconds)
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            lease_seconds,
+            optional_list(lease_tokens),
+        )
         return self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
 
-    def release(self, job_id: UUID, worker_id: str, attempt: int) -> None:
+    def release(
+        self, job_id: UUID, worker_id: str, attempt: int, lease_token: UUID | None = None
+    ) -> None:
         """``job_release``: give a held, unstarted attempt back (PENDING, the try not used up)."""
-        self._scalar(statements.RELEASE, (job_id, worker_id, attempt))
+        self._scalar(statements.RELEASE, (job_id, worker_id, attempt, lease_token))
 
     def release_many(
-        self, worker_id: str, job_ids: Sequence[UUID], attempts: Sequence[int]
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        lease_tokens: Sequence[UUID] | None = None,
     ) -> list[Release]:
         """``job_release_many``: give up to 10000 held, unstarted attempts back in one round trip.
 
         Returns one :class:`Release` per job, in input order; ``released=False`` for a job no
         longer held (left alone).
         """
-        params = (worker_id, list(job_ids), list(attempts))
+        params = (worker_id, list(job_ids), list(attempts), optional_list(lease_tokens))
         return self._rows(Release, statements.RELEASE_MANY, params)
 
     def reap(self, limit: int | None = None) -> list[ReapedJob]:
@@ -451,6 +485,14 @@ class JobQueue:
         if code is None:
             code = self._codes[job_type] = self.type_code(job_type)
         return code
+
+    def settings(self) -> Settings:
+        """``job_settings``: the install's settings."""
+        return self._one(Settings, statements.SETTINGS, ())
+
+    def settings_set(self, require_lease_token: bool | None = None) -> Settings:
+        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
+        return self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
 
     def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

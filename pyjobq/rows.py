@@ -36,7 +36,8 @@ class Enqueued:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """A row of ``job_claim``; ``attempt`` is the fencing token to pass back."""
+    """A row of ``job_claim``; ``attempt`` and ``lease_token`` (random, shown by nothing else) are
+    the fencing token to pass back."""
 
     job_id: UUID
     job_type: int
@@ -48,6 +49,7 @@ class ClaimedJob:
     run_after: datetime
     lease_until: datetime
     created_at: datetime
+    lease_token: UUID
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,3 +256,11 @@ class RegisteredType:
     job_type: int
     name: str
     created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The row of ``job_settings``: ``require_lease_token`` refuses a holder's call without the
+    claim's lease token (the schema owner excepted)."""
+
+    require_lease_token: bool

@@ -25,7 +25,7 @@ ENQUEUE_MANY: LiteralString = (
 )
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at"
+    " run_after, lease_until, created_at, lease_token"
     " from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
 )
 # job_next_due is read first, in the same statement: it counts jobs still to come, which a
@@ -33,29 +33,34 @@ CLAIM: LiteralString = (
 # nulls beside next_due_in.
 CLAIM_WITH_NEXT_DUE: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, next_due_in"
+    " run_after, lease_until, created_at, lease_token, next_due_in"
     " from (select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
     " as next_due_in) n"
     " left join lateral pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[]) on true"
 )
 NEXT_DUE: LiteralString = "select pyjobq.job_next_due(%s::int[])"
-COMPLETE: LiteralString = "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb)"
+COMPLETE: LiteralString = (
+    "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb, %s::uuid)"
+)
 COMPLETE_MANY: LiteralString = (
     "select job_id, completed from pyjobq.job_complete_many("
-    "%s::text, %s::uuid[], %s::int[], %s::jsonb[])"
+    "%s::text, %s::uuid[], %s::int[], %s::jsonb[], %s::uuid[])"
 )
 FAIL: LiteralString = (
     "select status, run_after from pyjobq.job_fail("
-    "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::boolean)"
+    "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::boolean, %s::uuid)"
 )
-RENEW_LEASE: LiteralString = "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int)"
+RENEW_LEASE: LiteralString = (
+    "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int, %s::uuid)"
+)
 RENEW_LEASE_MANY: LiteralString = (
     "select job_id, renewed, lease_until, cancelled from pyjobq.job_renew_lease_many("
-    "%s::text, %s::uuid[], %s::int[], %s::int)"
+    "%s::text, %s::uuid[], %s::int[], %s::int, %s::uuid[])"
 )
-RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int)"
+RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int, %s::uuid)"
 RELEASE_MANY: LiteralString = (
-    "select job_id, released from pyjobq.job_release_many(%s::text, %s::uuid[], %s::int[])"
+    "select job_id, released from pyjobq.job_release_many("
+    "%s::text, %s::uuid[], %s::int[], %s::uuid[])"
 )
 REAP: LiteralString = (
     "select job_id, job_type, status, worker_id, attempt, run_after from pyjobq.job_reap(%s::int)"
@@ -97,4 +102,6 @@ TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %
 TYPE_GRANTS: LiteralString = (
     "select job_type, job_type_name, privilege, role_name from pyjobq.job_type_grants()"
 )
+SETTINGS: LiteralString = "select require_lease_token from pyjobq.job_settings()"
+SETTINGS_SET: LiteralString = "select require_lease_token from pyjobq.job_settings_set(%s::boolean)"
 SCHEMA_VERSION: LiteralString = "select pyjobq.schema_version()"

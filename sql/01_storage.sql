@@ -23,13 +23,20 @@
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
+--   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
--- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
--- transition is a compare-and-set on all three plus status = RUNNING, so a
--- holder whose lease was reaped, and the job claimed again (even by a worker
--- with the same id), can never complete, fail or renew the newer attempt: it
--- gets SQLSTATE JQ001 instead. Recovery is by lease only: a job stays RUNNING
--- until its holder finishes it or job_reap finds its lease expired.
+-- Ownership: a claim hands out (job_id, worker_id, attempt) and a lease
+-- token, a random uuid that job_claim returns to the claimer and nothing else
+-- ever shows. Every later transition is a compare-and-set on all four plus
+-- status = RUNNING, so a holder whose lease was reaped, and the job claimed
+-- again (even by a worker with the same id), can never complete, fail or renew
+-- the newer attempt: it gets SQLSTATE JQ001 instead; and a co-worker that
+-- learns a holder's worker id and attempt (job_get shows them) still cannot
+-- act for it. Calls without the token are the signatures of before tokens:
+-- the schema owner may make them, others only while job_settings says the
+-- install still accepts them (an upgraded install, until its admin says
+-- otherwise). Recovery is by lease only: a job stays RUNNING until its holder
+-- finishes it or job_reap finds its lease expired.
 --
 -- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
 -- which a session of the schema's owner can freeze with
@@ -56,6 +63,26 @@ comment on schema pyjobq is 'pyjobq job queue: the tables are private, the funct
 
 -- The clock ----------------------------------------------------------------
 
+-- Whether the session's role has the privileges of the schema's owner, who
+-- may do anything to the queue anyway: work every type, act without a lease
+-- token, set the clock (clock_now, below, writes this test out). PL/pgSQL: its plan is kept for the session (a SQL
+-- function with a SET clause is never inlined, and is planned at every call).
+create function pyjobq._session_owns_schema()
+returns boolean
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return pg_has_role(session_user,
+                     (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                     'USAGE');
+end;
+$$;
+
+comment on function pyjobq._session_owns_schema() is
+  'True when session_user has the privileges of the pyjobq schema''s owner.';
+
 create function pyjobq.clock_now()
 returns timestamptz
 language plpgsql
@@ -71,7 +98,9 @@ begin
   end if;
   -- The clock belongs to the owner of the schema. Any other role that could move
   -- it would take live leases from their workers (reap in 2100), claim jobs due
-  -- next week, or make a lease that never ends ('infinity').
+  -- next week, or make a lease that never ends ('infinity'). The test is
+  -- _session_owns_schema's, written out: this function runs with the rights of
+  -- its caller, who may not execute the schema's private functions.
   if not pg_has_role(session_user,
                      (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
                      'USAGE') then
@@ -102,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 8
+  select 9
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -165,6 +194,7 @@ create table pyjobq.job (
   seq bigint not null default nextval('pyjobq.job_seq'),
   attempts_refunded smallint not null default 0,
   notify_done boolean not null default false,
+  lease_token uuid,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -181,8 +211,11 @@ comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
 comment on column pyjobq.job.attempts is
-  'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
-  'fail, renew or release, so a token is never valid twice for a job.';
+  'Claims so far (+1 at each claim, never wound back): part of the fencing token a holder passes back to '
+  'complete, fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.lease_token is
+  'A random uuid drawn at each claim and returned by job_claim alone: the secret part of the fencing token, '
+  'which no other function shows and no error discloses.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -236,3 +269,16 @@ alter table pyjobq.job set (
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0
 );
+
+-- Install-wide settings: one row, changed by job_settings_set only.
+create table pyjobq.setting (
+  singleton boolean primary key default true,
+  require_lease_token boolean not null,
+  constraint setting_one_row check (singleton)
+);
+
+comment on table pyjobq.setting is
+  'The install''s settings, one row; see job_settings. require_lease_token: a holder''s transition without '
+  'the lease token is refused (22004) unless the caller owns the schema.';
+
+insert into pyjobq.setting (require_lease_token) values (true);

@@ -194,10 +194,57 @@ $$;
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
 
+-- A holder's transition without its lease token: the signature of before
+-- tokens. Refused unless the caller owns the schema (it could read the token)
+-- or the install still accepts such calls (job_settings_set).
+create function pyjobq._check_lease_token(p_name text, p_missing boolean)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_missing
+     and (select s.require_lease_token from pyjobq.setting s)
+     and not pyjobq._session_owns_schema() then
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            detail = 'This install requires the lease_token that job_claim returned with the job.',
+            hint = 'Pass the claim''s lease_token. Until every client does, an admin may accept calls '
+                   'without it: select pyjobq.job_settings_set(p_require_lease_token => false).';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_lease_token(text, boolean) is
+  'Raises 22004 naming p_name when p_missing (a transition without its lease token), the install requires '
+  'tokens and the session does not own the schema.';
+
+-- The lease tokens of a _many call: one per job when given, and checked like
+-- one token when absent, wholly or for some job.
+create function pyjobq._check_lease_tokens(p_lease_tokens uuid[], p_count int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_lease_tokens is not null then
+    perform pyjobq._check_same_length('p_lease_tokens', cardinality(p_lease_tokens), p_count);
+  end if;
+  perform pyjobq._check_lease_token('p_lease_tokens',
+                                    p_lease_tokens is null or array_position(p_lease_tokens, null) is not null);
+end;
+$$;
+
+comment on function pyjobq._check_lease_tokens(uuid[], int) is
+  'Raises 22023 unless p_lease_tokens is null or has p_count elements, and 22004 as _check_lease_token does '
+  'when it is null or holds a null.';
+
 -- Why a transition on a job did not happen: raised after a guarded update
 -- matched no row, so the caller learns whether the job is gone, already
 -- finished by this very attempt, or no longer theirs.
-create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int)
+create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int, p_lease_token uuid)
 returns void
 language plpgsql
 stable
@@ -208,14 +255,15 @@ declare
   v_worker text;
   v_attempts smallint;
   v_job_type smallint;
+  v_token uuid;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts, j.job_type
-    into v_status, v_worker, v_attempts, v_job_type
+  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token
+    into v_status, v_worker, v_attempts, v_job_type, v_token
     from pyjobq.job j
    where j.job_id = p_job_id;
   if found then
@@ -230,14 +278,15 @@ begin
       using errcode = 'JQ005',
             hint = 'Stop working on it: nothing this attempt does is recorded.';
   end if;
-  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
+  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt
+     and (p_lease_token is null or v_token = p_lease_token) then
     raise exception 'job % is already %', p_job_id, pyjobq._status_name(v_status)
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
   end if;
-  -- The detail names the status only: the holder's worker id and attempt are
-  -- its fencing token, which no other caller may learn from an error.
+  -- The detail names the status only: nothing of the holder's fencing token
+  -- (its worker id, attempt or lease token) is told to another caller.
   raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
     using errcode = 'JQ001',
           detail = format('The job is %s now.', pyjobq._status_name(v_status)),
@@ -245,9 +294,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._raise_not_held(uuid, text, int) is
-  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
-  'on job p_job_id.';
+comment on function pyjobq._raise_not_held(uuid, text, int, uuid) is
+  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt, p_lease_token) '
+  'could not act on job p_job_id.';
 
 -- Tries a job has left: its budget (max_attempts) minus the tries used, and
 -- never more than the claims its smallint counter can still hand out.

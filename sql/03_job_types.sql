@@ -226,9 +226,7 @@ begin
   -- function's body is planned again at every call (tens of microseconds on
   -- every claim and completion). No grant of the privilege: nothing denied.
   if not exists (select 1 from pyjobq.job_type_grant g where g.privilege = p_privilege)
-     or pg_has_role(session_user,
-                    (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
-                    'USAGE') then
+     or pyjobq._session_owns_schema() then
     return '{}';
   end if;
   return (select coalesce(array_agg(distinct g.job_type order by g.job_type), '{}')

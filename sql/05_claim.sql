@@ -173,7 +173,8 @@ returns table (
   dedupe_key text,
   run_after timestamptz,
   lease_until timestamptz,
-  created_at timestamptz
+  created_at timestamptz,
+  lease_token uuid
 )
 language plpgsql
 volatile
@@ -266,13 +267,14 @@ begin
        set status = 2,
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
+           lease_token = gen_random_uuid(),
            lease_until = p_now + make_interval(secs => p_lease),
            run_started_at = p_now,
            updated_at = p_now
       from picked p
      where j.job_id = p.job_id
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
   )
   select c.*
     from claimed c
@@ -288,6 +290,7 @@ begin
     run_after := v_row.run_after;
     lease_until := v_row.lease_until;
     created_at := v_row.created_at;
+    lease_token := v_row.lease_token;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -369,7 +372,8 @@ returns table (
   dedupe_key text,
   run_after timestamptz,
   lease_until timestamptz,
-  created_at timestamptz
+  created_at timestamptz,
+  lease_token uuid
 )
 language plpgsql
 volatile
@@ -393,8 +397,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
-  'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
-  'An empty result means nothing is due.';
+  'never waited for. Returns the claimed jobs; attempt and lease_token (random, shown by nothing else) are the '
+  'fencing token to pass to complete/fail/renew/release. An empty result means nothing is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by
 -- its run_after or a retry's backoff, is announced by nothing at that time, so

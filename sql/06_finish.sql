@@ -4,7 +4,8 @@ create function pyjobq.job_complete(
   p_job_id uuid,
   p_worker_id text,
   p_attempt int,
-  p_result jsonb default null
+  p_result jsonb default null,
+  p_lease_token uuid default null
 )
 returns void
 language plpgsql
@@ -19,6 +20,7 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   update pyjobq.job j
      set status = 3,
          result = p_result,
@@ -28,22 +30,26 @@ begin
      and j.status = 2
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
-     and j.attempts = p_attempt;
+     and j.attempts = p_attempt
+     and (j.lease_token = p_lease_token or p_lease_token is null);
   if not found then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
 end;
 $$;
 
-comment on function pyjobq.job_complete(uuid, text, int, jsonb) is
-  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING); '
-  'otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 job_already_finished and changes nothing.';
+comment on function pyjobq.job_complete(uuid, text, int, jsonb, uuid) is
+  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING) with '
+  'lease token p_lease_token; otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 '
+  'job_already_finished and changes nothing. Without p_lease_token: 22004, unless the caller owns the schema '
+  'or job_settings accepts such calls.';
 
 create function pyjobq.job_complete_many(
   p_worker_id text,
   p_job_ids uuid[],
   p_attempts int[],
-  p_results jsonb[] default null
+  p_results jsonb[] default null,
+  p_lease_tokens uuid[] default null
 )
 returns table (job_id uuid, completed boolean)
 language plpgsql
@@ -69,20 +75,23 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
   p_results := pyjobq._check_array('p_results', p_results);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
   if p_results is not null then  -- null: no results; else one, possibly null, per job
     perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
   end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
-    select u.id, u.attempt, u.result, u.ord
-      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+    select u.id, u.attempt, u.result, u.token, u.ord
+      from unnest(p_job_ids, p_attempts, p_results, p_lease_tokens)
+           with ordinality as u(id, attempt, result, token, ord)
   ), first_mention as (
     -- A job listed twice is completed once, with the result of its first mention.
-    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result, i.token
       from input i
      order by i.id, i.attempt, i.ord
   ), done as (
@@ -97,6 +106,7 @@ begin
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
+       and (j.lease_token = f.token or f.token is null)
     returning j.job_id, j.attempts
   )
   -- A job this very attempt completed before (a retried call whose first reply
@@ -108,15 +118,17 @@ begin
                               and k.job_type <> all (v_denied)
                               and k.status = 3
                               and k.worker_id = p_worker_id
-                              and k.attempts = i.attempt)
+                              and k.attempts = i.attempt
+                              and (k.lease_token = i.token or i.token is null))
          end
     from input i
    order by i.ord;
 end;
 $$;
 
-comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
-  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, becomes DONE. '
   'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
   'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
 
@@ -126,7 +138,8 @@ create function pyjobq.job_fail(
   p_attempt int,
   p_error text default null,
   p_retry_delay_seconds double precision default null,
-  p_dead_letter boolean default null
+  p_dead_letter boolean default null,
+  p_lease_token uuid default null
 )
 returns table (status int, run_after timestamptz)
 language plpgsql
@@ -144,6 +157,7 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   if p_retry_delay_seconds is not null then
     if not (p_retry_delay_seconds between 0 and 31536000) then
       raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
@@ -167,9 +181,10 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
+     and (j.lease_token = p_lease_token or p_lease_token is null)
   returning j.status::int, j.run_after, j.job_type into status, run_after, v_job_type;
   if not found then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
@@ -179,8 +194,8 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean) is
-  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
+comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid) is
+  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id with lease token p_lease_token, keeping p_error (truncated to 10000 '
   'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
   '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
   'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete. A retry notifies '
@@ -192,7 +207,8 @@ create function pyjobq.job_renew_lease_many(
   p_worker_id text,
   p_job_ids uuid[],
   p_attempts int[],
-  p_lease_seconds int default null
+  p_lease_seconds int default null,
+  p_lease_tokens uuid[] default null
 )
 returns table (job_id uuid, renewed boolean, lease_until timestamptz, cancelled boolean)
 language plpgsql
@@ -216,25 +232,28 @@ declare
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
-    select u.id, u.attempt, u.ord
-      from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+    select u.id, u.attempt, u.token, u.ord
+      from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
   ), renewed as (
     update pyjobq.job j
        set lease_until = v_now + make_interval(secs => v_lease),
            updated_at = v_now
-      from (select distinct i.id, i.attempt from input i) f
+      from (select distinct i.id, i.attempt, i.token from input i) f
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
+       and (j.lease_token = f.token or f.token is null)
     returning j.job_id, j.attempts, j.lease_until
   )
   select i.id, r.job_id is not null, r.lease_until,
@@ -244,16 +263,17 @@ begin
                                          and k.job_type <> all (v_denied)
                                          and k.status = 5
                                          and k.worker_id = p_worker_id
-                                         and k.attempts = i.attempt)
+                                         and k.attempts = i.attempt
+                                         and (k.lease_token = i.token or i.token is null))
     from input i
     left join renewed r on r.job_id = i.id and r.attempts = i.attempt
    order by i.ord;
 end;
 $$;
 
-comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
+comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
-  'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
+  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens. Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
   'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
   'was not yet reaped still holds the job.';
@@ -262,7 +282,8 @@ create function pyjobq.job_renew_lease(
   p_job_id uuid,
   p_worker_id text,
   p_attempt int,
-  p_lease_seconds int default null
+  p_lease_seconds int default null,
+  p_lease_token uuid default null
 )
 returns timestamptz
 language plpgsql
@@ -276,23 +297,30 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   select r.lease_until
     into v_lease_until
-    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds,
+                                     case when p_lease_token is not null then array[p_lease_token] end) r;
   -- Not renewed: why, including JQ005 when the job was cancelled.
   if v_lease_until is null then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   return v_lease_until;
 end;
 $$;
 
-comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
+comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
-  'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'default 300) if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
-create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+create function pyjobq.job_release_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_tokens uuid[] default null
+)
 returns table (job_id uuid, released boolean)
 language plpgsql
 volatile
@@ -312,14 +340,16 @@ declare
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
     with input as (
-      select u.id, u.attempt, u.ord
-        from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+      select u.id, u.attempt, u.token, u.ord
+        from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
     ), given_back as (
       update pyjobq.job j
          -- The try is given back; the claim counter, the fencing token, is not.
@@ -336,12 +366,13 @@ begin
                                then 'released with its claim counter spent (32767 claims)' else j.last_error end,
              lease_until = null,
              updated_at = v_now
-        from (select distinct i.id, i.attempt from input i) f
+        from (select distinct i.id, i.attempt, i.token from input i) f
        where j.job_id = f.id
          and j.status = 2
          and j.worker_id = p_worker_id
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
+         and (j.lease_token = f.token or f.token is null)
       returning j.job_id, j.attempts as attempt
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
@@ -350,13 +381,19 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_release_many(text, uuid[], int[]) is
-  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
+comment on function pyjobq.job_release_many(text, uuid[], int[], uuid[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, is PENDING '
   'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
   'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
   'unchanged).';
 
-create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
+create function pyjobq.job_release(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_token uuid default null
+)
 returns void
 language plpgsql
 volatile
@@ -367,15 +404,17 @@ as $$
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   if not (select r.released
-            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt]) r) then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
+                                         case when p_lease_token is not null then array[p_lease_token] end) r) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
 end;
 $$;
 
-comment on function pyjobq.job_release(uuid, text, int) is
-  'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
+comment on function pyjobq.job_release(uuid, text, int, uuid) is
+  'Gives attempt p_attempt of job p_job_id, held with lease token p_lease_token, back unused (e.g. a worker shutting down before starting it): '
   'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
   'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
 

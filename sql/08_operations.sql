@@ -172,3 +172,41 @@ comment on function pyjobq.job_prune(interval, int) is
   'p_older_than '
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit.';
+
+-- Settings --------------------------------------------------------------------
+
+create function pyjobq.job_settings()
+returns table (require_lease_token boolean)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return query select s.require_lease_token from pyjobq.setting s;
+end;
+$$;
+
+comment on function pyjobq.job_settings() is
+  'The install''s settings. require_lease_token: a holder''s transition (complete, fail, renew, release) '
+  'without the lease token job_claim returned is refused with 22004, unless the caller owns the schema; '
+  'true on a new install, false on one upgraded from before lease tokens until an admin sets it.';
+
+create function pyjobq.job_settings_set(p_require_lease_token boolean default null)
+returns table (require_lease_token boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.setting s
+     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token);
+  return query select s.require_lease_token from pyjobq.setting s;
+end;
+$$;
+
+comment on function pyjobq.job_settings_set(boolean) is
+  'Changes the install''s settings (a null argument leaves its setting as it is) and returns them all; see '
+  'job_settings. Turn p_require_lease_token on once every client passes the lease token; calls without one '
+  'are accepted from an upgraded install for one release only.';

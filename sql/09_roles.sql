@@ -45,13 +45,13 @@ begin
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
     pyjobq.job_next_due(int[]),
-    pyjobq.job_complete(uuid, text, int, jsonb),
-    pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
-    pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
-    pyjobq.job_renew_lease(uuid, text, int, int),
-    pyjobq.job_renew_lease_many(text, uuid[], int[], int),
-    pyjobq.job_release(uuid, text, int),
-    pyjobq.job_release_many(text, uuid[], int[]),
+    pyjobq.job_complete(uuid, text, int, jsonb, uuid),
+    pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]),
+    pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid),
+    pyjobq.job_renew_lease(uuid, text, int, int, uuid),
+    pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]),
+    pyjobq.job_release(uuid, text, int, uuid),
+    pyjobq.job_release_many(text, uuid[], int[], uuid[]),
     pyjobq.job_reap(int)
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
@@ -72,6 +72,8 @@ begin
     pyjobq.job_type_revoke(int, text, text),
     pyjobq.job_type_grants(),
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
+    pyjobq.job_settings(),
+    pyjobq.job_settings_set(boolean),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;
@@ -84,7 +86,7 @@ comment on function pyjobq.grant_roles() is
   'next due, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
   'redrive, prune, '
-  'register types, per-type grants) '
+  'register types, per-type grants, settings) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

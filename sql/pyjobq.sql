@@ -34,13 +34,20 @@
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
+--   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
--- Ownership: a claim hands out (job_id, worker_id, attempt). Every later
--- transition is a compare-and-set on all three plus status = RUNNING, so a
--- holder whose lease was reaped, and the job claimed again (even by a worker
--- with the same id), can never complete, fail or renew the newer attempt: it
--- gets SQLSTATE JQ001 instead. Recovery is by lease only: a job stays RUNNING
--- until its holder finishes it or job_reap finds its lease expired.
+-- Ownership: a claim hands out (job_id, worker_id, attempt) and a lease
+-- token, a random uuid that job_claim returns to the claimer and nothing else
+-- ever shows. Every later transition is a compare-and-set on all four plus
+-- status = RUNNING, so a holder whose lease was reaped, and the job claimed
+-- again (even by a worker with the same id), can never complete, fail or renew
+-- the newer attempt: it gets SQLSTATE JQ001 instead; and a co-worker that
+-- learns a holder's worker id and attempt (job_get shows them) still cannot
+-- act for it. Calls without the token are the signatures of before tokens:
+-- the schema owner may make them, others only while job_settings says the
+-- install still accepts them (an upgraded install, until its admin says
+-- otherwise). Recovery is by lease only: a job stays RUNNING until its holder
+-- finishes it or job_reap finds its lease expired.
 --
 -- Time: every timestamp comes from pyjobq.clock_now(), the database clock,
 -- which a session of the schema's owner can freeze with
@@ -67,6 +74,26 @@ comment on schema pyjobq is 'pyjobq job queue: the tables are private, the funct
 
 -- The clock ----------------------------------------------------------------
 
+-- Whether the session's role has the privileges of the schema's owner, who
+-- may do anything to the queue anyway: work every type, act without a lease
+-- token, set the clock (clock_now, below, writes this test out). PL/pgSQL: its plan is kept for the session (a SQL
+-- function with a SET clause is never inlined, and is planned at every call).
+create function pyjobq._session_owns_schema()
+returns boolean
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return pg_has_role(session_user,
+                     (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
+                     'USAGE');
+end;
+$$;
+
+comment on function pyjobq._session_owns_schema() is
+  'True when session_user has the privileges of the pyjobq schema''s owner.';
+
 create function pyjobq.clock_now()
 returns timestamptz
 language plpgsql
@@ -82,7 +109,9 @@ begin
   end if;
   -- The clock belongs to the owner of the schema. Any other role that could move
   -- it would take live leases from their workers (reap in 2100), claim jobs due
-  -- next week, or make a lease that never ends ('infinity').
+  -- next week, or make a lease that never ends ('infinity'). The test is
+  -- _session_owns_schema's, written out: this function runs with the rights of
+  -- its caller, who may not execute the schema's private functions.
   if not pg_has_role(session_user,
                      (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
                      'USAGE') then
@@ -113,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 8
+  select 9
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -176,6 +205,7 @@ create table pyjobq.job (
   seq bigint not null default nextval('pyjobq.job_seq'),
   attempts_refunded smallint not null default 0,
   notify_done boolean not null default false,
+  lease_token uuid,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -192,8 +222,11 @@ comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
 comment on column pyjobq.job.attempts is
-  'Claims so far (+1 at each claim, never wound back): also the fencing token a holder passes back to complete, '
-  'fail, renew or release, so a token is never valid twice for a job.';
+  'Claims so far (+1 at each claim, never wound back): part of the fencing token a holder passes back to '
+  'complete, fail, renew or release, so a token is never valid twice for a job.';
+comment on column pyjobq.job.lease_token is
+  'A random uuid drawn at each claim and returned by job_claim alone: the secret part of the fencing token, '
+  'which no other function shows and no error discloses.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -247,6 +280,19 @@ alter table pyjobq.job set (
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0
 );
+
+-- Install-wide settings: one row, changed by job_settings_set only.
+create table pyjobq.setting (
+  singleton boolean primary key default true,
+  require_lease_token boolean not null,
+  constraint setting_one_row check (singleton)
+);
+
+comment on table pyjobq.setting is
+  'The install''s settings, one row; see job_settings. require_lease_token: a holder''s transition without '
+  'the lease token is refused (22004) unless the caller owns the schema.';
+
+insert into pyjobq.setting (require_lease_token) values (true);
 
 -- Argument checks -------------------------------------------------------------
 
@@ -444,10 +490,57 @@ $$;
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
 
+-- A holder's transition without its lease token: the signature of before
+-- tokens. Refused unless the caller owns the schema (it could read the token)
+-- or the install still accepts such calls (job_settings_set).
+create function pyjobq._check_lease_token(p_name text, p_missing boolean)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_missing
+     and (select s.require_lease_token from pyjobq.setting s)
+     and not pyjobq._session_owns_schema() then
+    raise exception '% must not be null', p_name
+      using errcode = '22004',
+            detail = 'This install requires the lease_token that job_claim returned with the job.',
+            hint = 'Pass the claim''s lease_token. Until every client does, an admin may accept calls '
+                   'without it: select pyjobq.job_settings_set(p_require_lease_token => false).';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_lease_token(text, boolean) is
+  'Raises 22004 naming p_name when p_missing (a transition without its lease token), the install requires '
+  'tokens and the session does not own the schema.';
+
+-- The lease tokens of a _many call: one per job when given, and checked like
+-- one token when absent, wholly or for some job.
+create function pyjobq._check_lease_tokens(p_lease_tokens uuid[], p_count int)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_lease_tokens is not null then
+    perform pyjobq._check_same_length('p_lease_tokens', cardinality(p_lease_tokens), p_count);
+  end if;
+  perform pyjobq._check_lease_token('p_lease_tokens',
+                                    p_lease_tokens is null or array_position(p_lease_tokens, null) is not null);
+end;
+$$;
+
+comment on function pyjobq._check_lease_tokens(uuid[], int) is
+  'Raises 22023 unless p_lease_tokens is null or has p_count elements, and 22004 as _check_lease_token does '
+  'when it is null or holds a null.';
+
 -- Why a transition on a job did not happen: raised after a guarded update
 -- matched no row, so the caller learns whether the job is gone, already
 -- finished by this very attempt, or no longer theirs.
-create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int)
+create function pyjobq._raise_not_held(p_job_id uuid, p_worker_id text, p_attempt int, p_lease_token uuid)
 returns void
 language plpgsql
 stable
@@ -458,14 +551,15 @@ declare
   v_worker text;
   v_attempts smallint;
   v_job_type smallint;
+  v_token uuid;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts, j.job_type
-    into v_status, v_worker, v_attempts, v_job_type
+  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token
+    into v_status, v_worker, v_attempts, v_job_type, v_token
     from pyjobq.job j
    where j.job_id = p_job_id;
   if found then
@@ -480,14 +574,15 @@ begin
       using errcode = 'JQ005',
             hint = 'Stop working on it: nothing this attempt does is recorded.';
   end if;
-  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt then
+  if v_status in (3, 4) and v_worker = p_worker_id and v_attempts = p_attempt
+     and (p_lease_token is null or v_token = p_lease_token) then
     raise exception 'job % is already %', p_job_id, pyjobq._status_name(v_status)
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
   end if;
-  -- The detail names the status only: the holder's worker id and attempt are
-  -- its fencing token, which no other caller may learn from an error.
+  -- The detail names the status only: nothing of the holder's fencing token
+  -- (its worker id, attempt or lease token) is told to another caller.
   raise exception 'worker % no longer holds attempt % of job %', p_worker_id, p_attempt, p_job_id
     using errcode = 'JQ001',
           detail = format('The job is %s now.', pyjobq._status_name(v_status)),
@@ -495,9 +590,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._raise_not_held(uuid, text, int) is
-  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt) could not act '
-  'on job p_job_id.';
+comment on function pyjobq._raise_not_held(uuid, text, int, uuid) is
+  'Raises 22004 (null p_job_id), JQ002, JQ003 or JQ001 to explain why (p_worker_id, p_attempt, p_lease_token) '
+  'could not act on job p_job_id.';
 
 -- Tries a job has left: its budget (max_attempts) minus the tries used, and
 -- never more than the claims its smallint counter can still hand out.
@@ -759,9 +854,7 @@ begin
   -- function's body is planned again at every call (tens of microseconds on
   -- every claim and completion). No grant of the privilege: nothing denied.
   if not exists (select 1 from pyjobq.job_type_grant g where g.privilege = p_privilege)
-     or pg_has_role(session_user,
-                    (select n.nspowner from pg_catalog.pg_namespace n where n.nspname = 'pyjobq'),
-                    'USAGE') then
+     or pyjobq._session_owns_schema() then
     return '{}';
   end if;
   return (select coalesce(array_agg(distinct g.job_type order by g.job_type), '{}')
@@ -1364,7 +1457,8 @@ returns table (
   dedupe_key text,
   run_after timestamptz,
   lease_until timestamptz,
-  created_at timestamptz
+  created_at timestamptz,
+  lease_token uuid
 )
 language plpgsql
 volatile
@@ -1457,13 +1551,14 @@ begin
        set status = 2,
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
+           lease_token = gen_random_uuid(),
            lease_until = p_now + make_interval(secs => p_lease),
            run_started_at = p_now,
            updated_at = p_now
       from picked p
      where j.job_id = p.job_id
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
   )
   select c.*
     from claimed c
@@ -1479,6 +1574,7 @@ begin
     run_after := v_row.run_after;
     lease_until := v_row.lease_until;
     created_at := v_row.created_at;
+    lease_token := v_row.lease_token;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -1560,7 +1656,8 @@ returns table (
   dedupe_key text,
   run_after timestamptz,
   lease_until timestamptz,
-  created_at timestamptz
+  created_at timestamptz,
+  lease_token uuid
 )
 language plpgsql
 volatile
@@ -1584,8 +1681,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
-  'never waited for. Returns the claimed jobs; attempt is the fencing token for complete/fail/renew/release. '
-  'An empty result means nothing is due.';
+  'never waited for. Returns the claimed jobs; attempt and lease_token (random, shown by nothing else) are the '
+  'fencing token to pass to complete/fail/renew/release. An empty result means nothing is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by
 -- its run_after or a retry's backoff, is announced by nothing at that time, so
@@ -1649,7 +1746,8 @@ create function pyjobq.job_complete(
   p_job_id uuid,
   p_worker_id text,
   p_attempt int,
-  p_result jsonb default null
+  p_result jsonb default null,
+  p_lease_token uuid default null
 )
 returns void
 language plpgsql
@@ -1664,6 +1762,7 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   update pyjobq.job j
      set status = 3,
          result = p_result,
@@ -1673,22 +1772,26 @@ begin
      and j.status = 2
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
-     and j.attempts = p_attempt;
+     and j.attempts = p_attempt
+     and (j.lease_token = p_lease_token or p_lease_token is null);
   if not found then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
 end;
 $$;
 
-comment on function pyjobq.job_complete(uuid, text, int, jsonb) is
-  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING); '
-  'otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 job_already_finished and changes nothing.';
+comment on function pyjobq.job_complete(uuid, text, int, jsonb, uuid) is
+  'Marks job p_job_id DONE with p_result, if p_worker_id still holds attempt p_attempt of it (RUNNING) with '
+  'lease token p_lease_token; otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 '
+  'job_already_finished and changes nothing. Without p_lease_token: 22004, unless the caller owns the schema '
+  'or job_settings accepts such calls.';
 
 create function pyjobq.job_complete_many(
   p_worker_id text,
   p_job_ids uuid[],
   p_attempts int[],
-  p_results jsonb[] default null
+  p_results jsonb[] default null,
+  p_lease_tokens uuid[] default null
 )
 returns table (job_id uuid, completed boolean)
 language plpgsql
@@ -1714,20 +1817,23 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
   p_results := pyjobq._check_array('p_results', p_results);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
   if p_results is not null then  -- null: no results; else one, possibly null, per job
     perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
   end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
-    select u.id, u.attempt, u.result, u.ord
-      from unnest(p_job_ids, p_attempts, p_results) with ordinality as u(id, attempt, result, ord)
+    select u.id, u.attempt, u.result, u.token, u.ord
+      from unnest(p_job_ids, p_attempts, p_results, p_lease_tokens)
+           with ordinality as u(id, attempt, result, token, ord)
   ), first_mention as (
     -- A job listed twice is completed once, with the result of its first mention.
-    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result
+    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result, i.token
       from input i
      order by i.id, i.attempt, i.ord
   ), done as (
@@ -1742,6 +1848,7 @@ begin
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
+       and (j.lease_token = f.token or f.token is null)
     returning j.job_id, j.attempts
   )
   -- A job this very attempt completed before (a retried call whose first reply
@@ -1753,15 +1860,17 @@ begin
                               and k.job_type <> all (v_denied)
                               and k.status = 3
                               and k.worker_id = p_worker_id
-                              and k.attempts = i.attempt)
+                              and k.attempts = i.attempt
+                              and (k.lease_token = i.token or i.token is null))
          end
     from input i
    order by i.ord;
 end;
 $$;
 
-comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[]) is
-  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds becomes DONE. '
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, becomes DONE. '
   'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
   'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
 
@@ -1771,7 +1880,8 @@ create function pyjobq.job_fail(
   p_attempt int,
   p_error text default null,
   p_retry_delay_seconds double precision default null,
-  p_dead_letter boolean default null
+  p_dead_letter boolean default null,
+  p_lease_token uuid default null
 )
 returns table (status int, run_after timestamptz)
 language plpgsql
@@ -1789,6 +1899,7 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   if p_retry_delay_seconds is not null then
     if not (p_retry_delay_seconds between 0 and 31536000) then
       raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
@@ -1812,9 +1923,10 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
+     and (j.lease_token = p_lease_token or p_lease_token is null)
   returning j.status::int, j.run_after, j.job_type into status, run_after, v_job_type;
   if not found then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
@@ -1824,8 +1936,8 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean) is
-  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id, keeping p_error (truncated to 10000 '
+comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid) is
+  'Records a failed attempt p_attempt of job p_job_id held by p_worker_id with lease token p_lease_token, keeping p_error (truncated to 10000 '
   'characters) as last_error. With attempts left the job is PENDING again after p_retry_delay_seconds '
   '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
   'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete. A retry notifies '
@@ -1837,7 +1949,8 @@ create function pyjobq.job_renew_lease_many(
   p_worker_id text,
   p_job_ids uuid[],
   p_attempts int[],
-  p_lease_seconds int default null
+  p_lease_seconds int default null,
+  p_lease_tokens uuid[] default null
 )
 returns table (job_id uuid, renewed boolean, lease_until timestamptz, cancelled boolean)
 language plpgsql
@@ -1861,25 +1974,28 @@ declare
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
-    select u.id, u.attempt, u.ord
-      from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+    select u.id, u.attempt, u.token, u.ord
+      from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
   ), renewed as (
     update pyjobq.job j
        set lease_until = v_now + make_interval(secs => v_lease),
            updated_at = v_now
-      from (select distinct i.id, i.attempt from input i) f
+      from (select distinct i.id, i.attempt, i.token from input i) f
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
+       and (j.lease_token = f.token or f.token is null)
     returning j.job_id, j.attempts, j.lease_until
   )
   select i.id, r.job_id is not null, r.lease_until,
@@ -1889,16 +2005,17 @@ begin
                                          and k.job_type <> all (v_denied)
                                          and k.status = 5
                                          and k.worker_id = p_worker_id
-                                         and k.attempts = i.attempt)
+                                         and k.attempts = i.attempt
+                                         and (k.lease_token = i.token or i.token is null))
     from input i
     left join renewed r on r.job_id = i.id and r.attempts = i.attempt
    order by i.ord;
 end;
 $$;
 
-comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int) is
+comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
-  'lease of each job whose attempt p_worker_id still holds. Returns every input job id, in input order, with '
+  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens. Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
   'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
   'was not yet reaped still holds the job.';
@@ -1907,7 +2024,8 @@ create function pyjobq.job_renew_lease(
   p_job_id uuid,
   p_worker_id text,
   p_attempt int,
-  p_lease_seconds int default null
+  p_lease_seconds int default null,
+  p_lease_token uuid default null
 )
 returns timestamptz
 language plpgsql
@@ -1921,23 +2039,30 @@ declare
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   select r.lease_until
     into v_lease_until
-    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds) r;
+    from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds,
+                                     case when p_lease_token is not null then array[p_lease_token] end) r;
   -- Not renewed: why, including JQ005 when the job was cancelled.
   if v_lease_until is null then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   return v_lease_until;
 end;
 $$;
 
-comment on function pyjobq.job_renew_lease(uuid, text, int, int) is
+comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
-  'default 300) if p_worker_id still holds it, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'default 300) if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
-create function pyjobq.job_release_many(p_worker_id text, p_job_ids uuid[], p_attempts int[])
+create function pyjobq.job_release_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_tokens uuid[] default null
+)
 returns table (job_id uuid, released boolean)
 language plpgsql
 volatile
@@ -1957,14 +2082,16 @@ declare
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
     with input as (
-      select u.id, u.attempt, u.ord
-        from unnest(p_job_ids, p_attempts) with ordinality as u(id, attempt, ord)
+      select u.id, u.attempt, u.token, u.ord
+        from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
     ), given_back as (
       update pyjobq.job j
          -- The try is given back; the claim counter, the fencing token, is not.
@@ -1981,12 +2108,13 @@ begin
                                then 'released with its claim counter spent (32767 claims)' else j.last_error end,
              lease_until = null,
              updated_at = v_now
-        from (select distinct i.id, i.attempt from input i) f
+        from (select distinct i.id, i.attempt, i.token from input i) f
        where j.job_id = f.id
          and j.status = 2
          and j.worker_id = p_worker_id
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
+         and (j.lease_token = f.token or f.token is null)
       returning j.job_id, j.attempts as attempt
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
@@ -1995,13 +2123,19 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_release_many(text, uuid[], int[]) is
-  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds is PENDING '
+comment on function pyjobq.job_release_many(text, uuid[], int[], uuid[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, is PENDING '
   'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
   'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
   'unchanged).';
 
-create function pyjobq.job_release(p_job_id uuid, p_worker_id text, p_attempt int)
+create function pyjobq.job_release(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_token uuid default null
+)
 returns void
 language plpgsql
 volatile
@@ -2012,15 +2146,17 @@ as $$
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
   if not (select r.released
-            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt]) r) then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt);
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
+                                         case when p_lease_token is not null then array[p_lease_token] end) r) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
 end;
 $$;
 
-comment on function pyjobq.job_release(uuid, text, int) is
-  'Gives attempt p_attempt of job p_job_id back unused (e.g. a worker shutting down before starting it): '
+comment on function pyjobq.job_release(uuid, text, int, uuid) is
+  'Gives attempt p_attempt of job p_job_id, held with lease token p_lease_token, back unused (e.g. a worker shutting down before starting it): '
   'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
   'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
 
@@ -2692,6 +2828,44 @@ comment on function pyjobq.job_prune(interval, int) is
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit.';
 
+-- Settings --------------------------------------------------------------------
+
+create function pyjobq.job_settings()
+returns table (require_lease_token boolean)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return query select s.require_lease_token from pyjobq.setting s;
+end;
+$$;
+
+comment on function pyjobq.job_settings() is
+  'The install''s settings. require_lease_token: a holder''s transition (complete, fail, renew, release) '
+  'without the lease token job_claim returned is refused with 22004, unless the caller owns the schema; '
+  'true on a new install, false on one upgraded from before lease tokens until an admin sets it.';
+
+create function pyjobq.job_settings_set(p_require_lease_token boolean default null)
+returns table (require_lease_token boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.setting s
+     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token);
+  return query select s.require_lease_token from pyjobq.setting s;
+end;
+$$;
+
+comment on function pyjobq.job_settings_set(boolean) is
+  'Changes the install''s settings (a null argument leaves its setting as it is) and returns them all; see '
+  'job_settings. Turn p_require_lease_token on once every client passes the lease token; calls without one '
+  'are accepted from an upgraded install for one release only.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -2739,13 +2913,13 @@ begin
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
     pyjobq.job_next_due(int[]),
-    pyjobq.job_complete(uuid, text, int, jsonb),
-    pyjobq.job_complete_many(text, uuid[], int[], jsonb[]),
-    pyjobq.job_fail(uuid, text, int, text, double precision, boolean),
-    pyjobq.job_renew_lease(uuid, text, int, int),
-    pyjobq.job_renew_lease_many(text, uuid[], int[], int),
-    pyjobq.job_release(uuid, text, int),
-    pyjobq.job_release_many(text, uuid[], int[]),
+    pyjobq.job_complete(uuid, text, int, jsonb, uuid),
+    pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]),
+    pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid),
+    pyjobq.job_renew_lease(uuid, text, int, int, uuid),
+    pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]),
+    pyjobq.job_release(uuid, text, int, uuid),
+    pyjobq.job_release_many(text, uuid[], int[], uuid[]),
     pyjobq.job_reap(int)
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
@@ -2766,6 +2940,8 @@ begin
     pyjobq.job_type_revoke(int, text, text),
     pyjobq.job_type_grants(),
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
+    pyjobq.job_settings(),
+    pyjobq.job_settings_set(boolean),
     pyjobq.job_reap(int)
     to pyjobq_admin;
 end;
@@ -2778,7 +2954,7 @@ comment on function pyjobq.grant_roles() is
   'next due, complete, fail, '
   'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
   'redrive, prune, '
-  'register types, per-type grants) '
+  'register types, per-type grants, settings) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

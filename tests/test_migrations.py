@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -249,14 +249,30 @@ def test_test_databases_come_fully_migrated(dsn: str) -> None:
 
 
 def jobs_in_every_state(dsn: str) -> dict[str, Any]:
-    """On the schema of the first step: one job in each state, and a lease that expired."""
+    """On the schema of the first step, through its own signatures (as a client of that release
+    calls them): one job in each state, and a lease that expired."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        q = JobQueue(conn)
         freeze(conn, FROZEN)
-        ids = [r.job_id for r in q.enqueue_many(1, [{"n": n} for n in range(5)])]
-        held, done, dead, expired = q.claim("old-w1", 4, lease_seconds=60)
-        q.complete(done.job_id, "old-w1", done.attempt, {"ok": True})
-        q.fail(dead.job_id, "old-w1", dead.attempt, "broken", dead_letter=True)
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "select job_id from pyjobq.job_enqueue_many(1,"
+                " array(select jsonb_build_object('n', n) from generate_series(0, 4) n))"
+                " order by ord"
+            )
+        ]
+        held, done, dead, expired = (
+            Held(*row)
+            for row in conn.execute("select job_id, attempt from pyjobq.job_claim('old-w1', 4, 60)")
+        )
+        conn.execute(
+            "select pyjobq.job_complete(%s, 'old-w1', %s, '{\"ok\": true}')",
+            (done.job_id, done.attempt),
+        )
+        conn.execute(
+            "select pyjobq.job_fail(%s, 'old-w1', %s, 'broken', p_dead_letter => true)",
+            (dead.job_id, dead.attempt),
+        )
         conn.execute(
             "update pyjobq.job set lease_until = %s where job_id = %s",
             (FROZEN - timedelta(seconds=1), expired.job_id),
@@ -265,12 +281,19 @@ def jobs_in_every_state(dsn: str) -> dict[str, Any]:
             "expired": expired.job_id}  # fmt: skip
 
 
+class Held(NamedTuple):
+    job_id: UUID
+    attempt: int
+
+
 def assert_old_rows_work_on_the_new_schema(dsn: str, jobs: dict[str, Any]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         q = JobQueue(conn)
         freeze(conn, FROZEN)
         assert q.schema_version() == SCHEMA_VERSION
         held = jobs["held"]
+        # An install that has jobs keeps accepting its clients' calls without a lease token.
+        assert q.settings().require_lease_token is False
         # The lease taken before the upgrade still fences: only its holder may finish it.
         with pytest.raises(LeaseLost):
             q.complete(held.job_id, "new-w2", held.attempt)
@@ -373,8 +396,9 @@ def test_the_upgrade_to_keys_per_job_type_keeps_every_key_where_it_was(
         q = JobQueue(conn)
         search = q.enqueue(1, dedupe_key="k-search").job_id
         outbox = q.enqueue(2, dedupe_key="k-outbox").job_id
-        (claimed,) = q.claim("w", 1, job_types=[1])
-        assert claimed.job_id == search  # claimed first: RUNNING across the upgrade
+        # Schema 2's claim, as its clients call it.
+        (claimed,) = conn.execute("select job_id from pyjobq.job_claim('w', 1, null, '{1}')")
+        assert claimed == (search,)  # claimed first: RUNNING across the upgrade
         assert q.enqueue(2, dedupe_key="k-search").job_id == search  # schema 2: the leak
     migrate(target)
     with psycopg.connect(target, autocommit=True) as conn:

@@ -99,6 +99,8 @@ ALLOWED = {
         "job_type_revoke",
         "job_type_grants",
         "job_type_set_policy",
+        "job_settings",
+        "job_settings_set",
         "job_types",
         "job_type_code",
         "job_type_policies",
@@ -190,7 +192,7 @@ def login_as(login_role: Any) -> Iterator[Any]:
 MOVED_CLOCK_CALLS = [
     ("pyjobq_worker", "select * from pyjobq.job_reap()"),
     ("pyjobq_worker", "select * from pyjobq.job_claim('w2', 10, 86400)"),
-    ("pyjobq_worker", "select pyjobq.job_renew_lease(%(held)s, 'w1', 1, 86400)"),
+    ("pyjobq_worker", "select pyjobq.job_renew_lease(%(held)s, 'w1', 1, 86400, %(token)s)"),
     ("pyjobq_producer", "select * from pyjobq.job_enqueue(1, '{}')"),
     ("pyjobq_admin", "select pyjobq.job_prune('0 seconds')"),
     ("pyjobq_observer", "select * from pyjobq.job_counts()"),
@@ -206,7 +208,7 @@ def test_no_role_but_the_owner_moves_the_clock(
     # A live lease of worker w1, a job due next week, a finished one: what a moved clock
     # would reap, claim early, or prune.
     held = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
-    conn.execute("select pyjobq.job_claim('w1', 1, 60)")
+    token = one(conn, "select lease_token from pyjobq.job_claim('w1', 1, 60)")
     conn.execute("select pyjobq.job_enqueue(1, '{}', p_run_after => now() + interval '7 days')")
     done = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
@@ -216,7 +218,7 @@ def test_no_role_but_the_owner_moves_the_clock(
     session = login_as(group)
     session.execute("select set_config('pyjobq.fake_now', %s, false)", (fake_now,))
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
-        session.execute(call, {"held": held})
+        session.execute(call, {"held": held, "token": token})
     assert refused.value.diag.message_hint
     assert conn.execute("select * from pyjobq.job order by job_id").fetchall() == before
     # Reset, the same role runs on the real clock again.

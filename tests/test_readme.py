@@ -8,12 +8,14 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
+
 from pyjobq.localpg import LocalPostgres
 from tests.test_sql_api_doc import mask
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 PROMPT = "app=> "
-BLOCK_END = "-- end of statement --"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def session() -> tuple[list[str], list[str]]:
@@ -33,44 +35,37 @@ def session() -> tuple[list[str], list[str]]:
 
 
 def test_the_readmes_psql_session_runs_as_the_app_role(
-    pg_server: LocalPostgres, login_role: Callable[..., str]
+    pg_server: LocalPostgres, conn: psycopg.Connection, login_role: Callable[..., str]
 ) -> None:
     statements, shown = session()
-    example = re.search(
-        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "".join(shown)
-    )
-    assert example is not None
-    script = ""
-    for n, statement in enumerate(statements):
-        # The README's job id is the one its first enqueue returned; here, the one this one did.
-        script += statement.replace(f"'{example.group(0)}'", ":'job'")
-        if n == 1:
-            script += "select job_id as job from job_list(p_limit => 1) \\gset\n"
-        script += f"\\echo '{BLOCK_END}'\n"
+    # The README's job id and lease token, in order of appearance; each statement runs with the
+    # ids this session's calls returned in their place (the schema owner reads them in between:
+    # psql could not show the claim and keep its token too).
+    readme_job, readme_token = dict.fromkeys(UUID.findall("".join(shown)))
     app = login_role("pyjobq_producer", "pyjobq_worker")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
-    result = subprocess.run(
-        [
-            pg_server.bindir / "psql",
-            "-X",
-            "-q",
-            "-P",
-            "footer=off",
-            "-v",
-            "SHOW_CONTEXT=never",
-            "-d",
-            app,
-        ],
-        input=script,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        text=True,
-        check=False,
-    )
-    printed = result.stdout.split(BLOCK_END + "\n")[:-1]
-    assert len(printed) == len(statements), result.stdout
-    for statement, expected, output in zip(statements, shown, printed, strict=True):
-        assert mask(output) == mask(expected), (
-            f"{statement}README shows:\n{expected}psql:\n{output}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {
+        "LC_ALL": "C",
+        "PGOPTIONS": "-c search_path=public,pyjobq",
+    }
+    actual: dict[str, str] = {}
+    for statement, expected in zip(statements, shown, strict=True):
+        for readme_value, value in actual.items():
+            statement = statement.replace(readme_value, value)
+        result = subprocess.run(
+            [pg_server.bindir / "psql", "-X", "-q", "-P", "footer=off",
+             "-v", "SHOW_CONTEXT=never", "-d", app],
+            input=statement,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        assert mask(result.stdout) == mask(expected), (
+            f"{statement}README shows:\n{expected}psql:\n{result.stdout}"
         )
+        job = conn.execute("select job_id, lease_token from pyjobq.job").fetchone()
+        if job is not None:
+            actual[readme_job] = str(job[0])
+            if job[1] is not None:
+                actual[readme_token] = str(job[1])

@@ -91,30 +91,33 @@ def test_another_team_cannot_finish_or_learn_about_a_held_job(
     (held, other) = jobs(conn, RESTRICTED)
     worker_a = session("pyjobq_worker", teams["a"])
     worker_b = session("pyjobq_worker", teams["b"])
-    worker_b.execute("select pyjobq.job_claim('b-1', 2, null, '{11}')")
-    # Even with the holder's worker id and attempt, team A is refused before anything about
-    # the job is said (JQ001's detail names the holder): 42501, not JQ001.
+    tokens = dict(
+        worker_b.execute("select job_id, lease_token from pyjobq.job_claim('b-1', 2, null, '{11}')")
+    )
+    # Even with the holder's worker id, attempt and lease token, team A is refused before
+    # anything about the job is said: 42501, not JQ001.
     for call in (
-        "select pyjobq.job_complete(%s, 'b-1', 1)",
-        "select pyjobq.job_fail(%s, 'b-1', 1, 'x')",
-        "select pyjobq.job_renew_lease(%s, 'b-1', 1)",
-        "select pyjobq.job_release(%s, 'b-1', 1)",
+        "select pyjobq.job_complete(%s, 'b-1', 1, p_lease_token => %s)",
+        "select pyjobq.job_fail(%s, 'b-1', 1, 'x', p_lease_token => %s)",
+        "select pyjobq.job_renew_lease(%s, 'b-1', 1, p_lease_token => %s)",
+        "select pyjobq.job_release(%s, 'b-1', 1, p_lease_token => %s)",
     ):
-        assert sqlstate_of(worker_a, call, (held,)) == "42501", call
+        assert sqlstate_of(worker_a, call, (held, tokens[held])) == "42501", call
     # The batch functions report the job as not held, and leave it alone.
     for call in (
-        "select completed from pyjobq.job_complete_many('b-1', %s, '{1}')",
-        "select renewed from pyjobq.job_renew_lease_many('b-1', %s, '{1}')",
-        "select released from pyjobq.job_release_many('b-1', %s, '{1}')",
+        "select completed from pyjobq.job_complete_many('b-1', %s, '{1}', p_lease_tokens => %s)",
+        "select renewed from pyjobq.job_renew_lease_many('b-1', %s, '{1}', p_lease_tokens => %s)",
+        "select released from pyjobq.job_release_many('b-1', %s, '{1}', %s)",
     ):
-        assert worker_a.execute(call, ([held],)).fetchall() == [(False,)], call
+        assert worker_a.execute(call, ([held], [tokens[held]])).fetchall() == [(False,)], call
     status = conn.execute(
         "select status, worker_id from pyjobq.job where job_id = any (%s) order by job_id",
         ([held, other],),
     ).fetchall()
     assert status == [(2, "b-1"), (2, "b-1")]
     completed = worker_b.execute(
-        "select completed from pyjobq.job_complete_many('b-1', %s, '{1,1}')", ([held, other],)
+        "select completed from pyjobq.job_complete_many('b-1', %s, '{1,1}', p_lease_tokens => %s)",
+        ([held, other], [tokens[held], tokens[other]]),
     ).fetchall()
     assert completed == [(True,), (True,)]
 
@@ -227,12 +230,15 @@ def test_a_cancel_of_another_types_job_is_not_told_to_a_worker_that_may_not_work
 ) -> None:
     (job,) = jobs(conn, RESTRICTED, 1)
     worker_b = session("pyjobq_worker", teams["b"])
-    attempt = one_row(worker_b, "select attempt from pyjobq.job_claim('b', 1)")[0]
+    attempt, token = one_row(worker_b, "select attempt, lease_token from pyjobq.job_claim('b', 1)")
     conn.execute("select pyjobq.job_cancel(array[%s]::uuid[])", (job,))
     worker_a = session("pyjobq_worker", teams["a"])
-    asked = "select cancelled from pyjobq.job_renew_lease_many('b', array[%s]::uuid[], array[%s])"
-    assert one_row(worker_a, asked, (job, attempt)) == (False,)
-    assert one_row(worker_b, asked, (job, attempt)) == (True,)
+    asked = (
+        "select cancelled from pyjobq.job_renew_lease_many('b', array[%s]::uuid[], array[%s],"
+        " p_lease_tokens => array[%s]::uuid[])"
+    )
+    assert one_row(worker_a, asked, (job, attempt, token)) == (False,)
+    assert one_row(worker_b, asked, (job, attempt, token)) == (True,)
 
 
 def test_no_error_tells_a_co_worker_the_holders_token(
@@ -244,7 +250,10 @@ def test_no_error_tells_a_co_worker_the_holders_token(
     holder, co_worker = session("pyjobq_worker"), session("pyjobq_worker")
     one_row(holder, "select attempt from pyjobq.job_claim('holder-7f3a', 1)")
     with pytest.raises(psycopg.Error) as refused:
-        co_worker.execute("select pyjobq.job_complete(%s, 'prober', 2)", (job,))
+        co_worker.execute(
+            "select pyjobq.job_complete(%s, 'prober', 2, p_lease_token => gen_random_uuid())",
+            (job,),
+        )
     assert refused.value.sqlstate == "JQ001"
     diag = refused.value.diag
     told = " ".join(filter(None, [diag.message_primary, diag.message_detail, diag.message_hint]))

@@ -241,7 +241,7 @@ def test_a_refused_call_is_retried_and_fails_no_job(
 ) -> None:
     # Not a job's fault: the worker's role loses the right to complete. Nothing is failed for
     # it; the completions wait, the worker keeps running, and they go through once it is back.
-    complete_many = "pyjobq.job_complete_many(text, uuid[], int[], jsonb[])"
+    complete_many = "pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[])"
     worker_dsn = login_role("pyjobq_worker")
     JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
     worker = Worker(worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4)
@@ -292,7 +292,7 @@ def test_leases_that_cannot_be_renewed_log_one_line_a_round_not_one_per_job(
         release.wait(60)
         return {"n": job.payload["n"]}
 
-    renew = "pyjobq.job_renew_lease_many(text, uuid[], int[], int)"
+    renew = "pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[])"
     JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(8)])
     worker = Worker(
         login_role("pyjobq_worker"),

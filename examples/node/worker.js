@@ -10,7 +10,7 @@ await client.connect();
 
 for (;;) {
   const { rows: jobs } = await client.query(
-    "select job_id, attempt, payload from pyjobq.job_claim($1, 10, 60)",
+    "select job_id, attempt, lease_token, payload from pyjobq.job_claim($1, 10, 60)",
     [workerId],
   );
   if (jobs.length === 0) {
@@ -21,8 +21,9 @@ for (;;) {
   for (const job of jobs) {
     console.log(`${workerId}: job ${job.job_id} attempt ${job.attempt}: ${JSON.stringify(job.payload)}`);
     try {
-      await client.query("select pyjobq.job_complete($1, $2, $3, $4)", [
-        job.job_id, workerId, job.attempt, JSON.stringify({ ok: true }),
+      // The lease token is the claim's secret: only this holder can finish the job with it.
+      await client.query("select pyjobq.job_complete($1, $2, $3, $4, $5)", [
+        job.job_id, workerId, job.attempt, JSON.stringify({ ok: true }), job.lease_token,
       ]);
     } catch (error) {
       // JQ001: the lease was lost and the job runs elsewhere; anything else is a real failure.

@@ -153,9 +153,10 @@ class Claimer:
         for start in range(0, len(held), MAX_BATCH):
             chunk = held[start : start + MAX_BATCH]
             ids, attempts = [h.job.job_id for h in chunk], [h.job.attempt for h in chunk]
+            tokens = [h.job.lease_token for h in chunk]
             for failures in range(1, 6):
                 try:
-                    rows = await s.call(s.queue.release_many(s.worker_id, ids, attempts))
+                    rows = await s.call(s.queue.release_many(s.worker_id, ids, attempts, tokens))
                     # A job not released was reaped meanwhile: nothing to give back.
                     s.metrics.released += sum(r.released for r in rows)
                     break

@@ -96,6 +96,7 @@ class Completer:
                 [h.job.job_id for h in batch],
                 [h.job.attempt for h in batch],
                 [h.result for h in batch],
+                [h.job.lease_token for h in batch],
             )
         )
         s.metrics.flushes += 1

@@ -69,6 +69,7 @@ class Heartbeat:
                     [h.job.job_id for h in batch],
                     [h.job.attempt for h in batch],
                     self.lease_seconds,
+                    [h.job.lease_token for h in batch],
                 )
             )
         except DATABASE_ERRORS as e:

@@ -100,7 +100,15 @@ class Outcomes:
         while True:
             try:
                 outcome: FailOutcome = await s.call(
-                    s.queue.fail(job.job_id, s.worker_id, job.attempt, text, delay, dead_letter)
+                    s.queue.fail(
+                        job.job_id,
+                        s.worker_id,
+                        job.attempt,
+                        text,
+                        delay,
+                        dead_letter,
+                        job.lease_token,
+                    )
                 )
                 break
             except (LeaseLost, JobCancelled) as e:

@@ -14,17 +14,18 @@ const clients = Number(process.argv[2] ?? 4);
 async function work(client, workerId, claimed) {
   for (;;) {
     const { rows } = await client.query(
-      "select job_id, attempt from pyjobq.job_claim($1, 10)",
+      "select job_id, attempt, lease_token from pyjobq.job_claim($1, 10)",
       [workerId],
     );
     if (rows.length === 0) return;
     for (const job of rows) {
       claimed.push([job.job_id, job.attempt]);
-      await client.query("select pyjobq.job_complete($1, $2, $3, $4)", [
+      await client.query("select pyjobq.job_complete($1, $2, $3, $4, $5)", [
         job.job_id,
         workerId,
         job.attempt,
         JSON.stringify({ by: workerId }),
+        job.lease_token,
       ]);
     }
   }

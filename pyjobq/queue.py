@@ -455,7 +455,7 @@ class JobQueue:
         timeout_seconds: float | None = None,
     ) -> None:
         """``job_type_set_policy``: the type's retry policy, each ``None`` the default (3 tries,
-        2 s doubling to an hour, 25% jitter, no timeout). Admins only."""
+        2 s doubling to an hour, 25% jitter, a deadline of an hour from the claim). Admins only."""
         params = (
             self._code(job_type),
             max_attempts,

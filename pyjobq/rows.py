@@ -235,7 +235,7 @@ class TypePolicy:
     backoff_base_seconds: float
     backoff_cap_seconds: float
     backoff_jitter: float
-    timeout_seconds: float | None
+    timeout_seconds: float
 
 
 @dataclass(frozen=True, slots=True)

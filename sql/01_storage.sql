@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 9
+  select 10
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -148,7 +148,8 @@ create table pyjobq.job_type (
   backoff_base_seconds double precision,
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
-  timeout_seconds double precision,
+  -- Every job has a deadline: a lease never reaches past its claim + this.
+  timeout_seconds double precision not null default 3600,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -226,7 +227,10 @@ comment on column pyjobq.job.seq is
 comment on column pyjobq.job.run_after is
   'The job is not claimed before this time (scheduling and retry backoff).';
 comment on column pyjobq.job.lease_until is
-  'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
+  'Set only while RUNNING: after this time job_reap may take the job back from its worker. Never later than '
+  'run_started_at + the timeout_seconds of the job''s type: the deadline.';
+comment on column pyjobq.job.run_started_at is
+  'When the current (or last) attempt was claimed: its deadline runs from here.';
 comment on column pyjobq.job.dedupe_key is
   'At most one PENDING or RUNNING job per job type and key; enqueueing an active key of the type returns '
   'the existing job.';

@@ -256,15 +256,18 @@ declare
   v_attempts smallint;
   v_job_type smallint;
   v_token uuid;
+  v_deadline timestamptz;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token
-    into v_status, v_worker, v_attempts, v_job_type, v_token
+  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token,
+         j.run_started_at + make_interval(secs => t.timeout_seconds)
+    into v_status, v_worker, v_attempts, v_job_type, v_token, v_deadline
     from pyjobq.job j
+    join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
   if found then
     perform pyjobq._check_privilege('work', array[v_job_type]);
@@ -284,6 +287,14 @@ begin
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
+  end if;
+  if v_status = 2 and v_worker = p_worker_id and v_attempts = p_attempt
+     and (p_lease_token is null or v_token = p_lease_token) then
+    -- Still the caller's, but a renewal past the attempt's deadline.
+    raise exception 'attempt % of job % is past its deadline', p_attempt, p_job_id
+      using errcode = 'JQ001',
+            detail = format('Its deadline was %s: the claim plus the timeout_seconds of its type.', v_deadline),
+            hint = 'Stop working on it: once its lease runs out the reaper retries it elsewhere.';
   end if;
   -- The detail names the status only: nothing of the holder's fencing token
   -- (its worker id, attempt or lease token) is told to another caller.

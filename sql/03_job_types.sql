@@ -86,7 +86,7 @@ begin
          backoff_base_seconds = p_backoff_base_seconds,
          backoff_cap_seconds = p_backoff_cap_seconds,
          backoff_jitter = p_backoff_jitter,
-         timeout_seconds = p_timeout_seconds
+         timeout_seconds = coalesce(p_timeout_seconds, 3600)  -- the column's default
    where t.job_type = p_job_type;
 end;
 $$;
@@ -95,7 +95,8 @@ comment on function pyjobq.job_type_set_policy(int, int, double precision, doubl
   'Sets job type p_job_type''s retry policy, each null meaning the default: max_attempts for enqueues that '
   'pass none (1..1000, default 3), backoff base (0..86400 s, default 2) doubling per try up to the cap '
   '(base..31536000 s, default 3600) minus up to p_backoff_jitter of it (0..1, default 0.25), and the '
-  'execution timeout workers apply (0..604800 s, default none). Jobs already enqueued keep their max_attempts.';
+  'deadline of an attempt from its claim (0..604800 s, default 3600): workers stop the handler there, and no '
+  'lease reaches past it, so the reaper retries the job elsewhere. Jobs already enqueued keep their max_attempts.';
 
 create function pyjobq.job_type_policies()
 returns table (
@@ -121,7 +122,7 @@ $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, and the execution timeout in seconds (null: none).';
+  'cap and jitter, and the deadline of an attempt in seconds from its claim.';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).

@@ -268,11 +268,13 @@ begin
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
            lease_token = gen_random_uuid(),
-           lease_until = p_now + make_interval(secs => p_lease),
+           -- The lease, but never past the attempt's deadline.
+           lease_until = p_now + make_interval(secs => least(p_lease, t.timeout_seconds)),
            run_started_at = p_now,
            updated_at = p_now
-      from picked p
+      from picked p, pyjobq.job_type t
      where j.job_id = p.job_id
+       and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
               j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
   )

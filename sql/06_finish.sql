@@ -244,11 +244,16 @@ begin
     select u.id, u.attempt, u.token, u.ord
       from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
   ), renewed as (
+    -- Up to the attempt's deadline, never past it; once it has passed, the lease
+    -- runs out and the reaper retries the job elsewhere.
     update pyjobq.job j
-       set lease_until = v_now + make_interval(secs => v_lease),
+       set lease_until = least(v_now + make_interval(secs => v_lease),
+                               j.run_started_at + make_interval(secs => t.timeout_seconds)),
            updated_at = v_now
-      from (select distinct i.id, i.attempt, i.token from input i) f
+      from (select distinct i.id, i.attempt, i.token from input i) f, pyjobq.job_type t
      where j.job_id = f.id
+       and t.job_type = j.job_type
+       and j.run_started_at + make_interval(secs => t.timeout_seconds) > v_now
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
@@ -273,7 +278,8 @@ $$;
 
 comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
-  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens. Returns every input job id, in input order, with '
+  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens, '
+  'but never past the attempt''s deadline (claimed + its type''s timeout_seconds; once passed, not renewed). Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
   'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
   'was not yet reaped still holds the job.';
@@ -312,7 +318,7 @@ $$;
 
 comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
-  'default 300) if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
 create function pyjobq.job_release_many(

@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 9
+  select 10
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -159,7 +159,8 @@ create table pyjobq.job_type (
   backoff_base_seconds double precision,
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
-  timeout_seconds double precision,
+  -- Every job has a deadline: a lease never reaches past its claim + this.
+  timeout_seconds double precision not null default 3600,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -237,7 +238,10 @@ comment on column pyjobq.job.seq is
 comment on column pyjobq.job.run_after is
   'The job is not claimed before this time (scheduling and retry backoff).';
 comment on column pyjobq.job.lease_until is
-  'Set only while RUNNING: after this time job_reap may take the job back from its worker.';
+  'Set only while RUNNING: after this time job_reap may take the job back from its worker. Never later than '
+  'run_started_at + the timeout_seconds of the job''s type: the deadline.';
+comment on column pyjobq.job.run_started_at is
+  'When the current (or last) attempt was claimed: its deadline runs from here.';
 comment on column pyjobq.job.dedupe_key is
   'At most one PENDING or RUNNING job per job type and key; enqueueing an active key of the type returns '
   'the existing job.';
@@ -552,15 +556,18 @@ declare
   v_attempts smallint;
   v_job_type smallint;
   v_token uuid;
+  v_deadline timestamptz;
 begin
   if p_job_id is null then
     raise exception 'p_job_id must not be null'
       using errcode = '22004',
             hint = 'Pass the job_id that job_claim returned.';
   end if;
-  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token
-    into v_status, v_worker, v_attempts, v_job_type, v_token
+  select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token,
+         j.run_started_at + make_interval(secs => t.timeout_seconds)
+    into v_status, v_worker, v_attempts, v_job_type, v_token, v_deadline
     from pyjobq.job j
+    join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
   if found then
     perform pyjobq._check_privilege('work', array[v_job_type]);
@@ -580,6 +587,14 @@ begin
       using errcode = 'JQ003',
             detail = format('Attempt %s of worker %s already finished it.', p_attempt, p_worker_id),
             hint = 'Finish each claimed attempt once.';
+  end if;
+  if v_status = 2 and v_worker = p_worker_id and v_attempts = p_attempt
+     and (p_lease_token is null or v_token = p_lease_token) then
+    -- Still the caller's, but a renewal past the attempt's deadline.
+    raise exception 'attempt % of job % is past its deadline', p_attempt, p_job_id
+      using errcode = 'JQ001',
+            detail = format('Its deadline was %s: the claim plus the timeout_seconds of its type.', v_deadline),
+            hint = 'Stop working on it: once its lease runs out the reaper retries it elsewhere.';
   end if;
   -- The detail names the status only: nothing of the holder's fencing token
   -- (its worker id, attempt or lease token) is told to another caller.
@@ -714,7 +729,7 @@ begin
          backoff_base_seconds = p_backoff_base_seconds,
          backoff_cap_seconds = p_backoff_cap_seconds,
          backoff_jitter = p_backoff_jitter,
-         timeout_seconds = p_timeout_seconds
+         timeout_seconds = coalesce(p_timeout_seconds, 3600)  -- the column's default
    where t.job_type = p_job_type;
 end;
 $$;
@@ -723,7 +738,8 @@ comment on function pyjobq.job_type_set_policy(int, int, double precision, doubl
   'Sets job type p_job_type''s retry policy, each null meaning the default: max_attempts for enqueues that '
   'pass none (1..1000, default 3), backoff base (0..86400 s, default 2) doubling per try up to the cap '
   '(base..31536000 s, default 3600) minus up to p_backoff_jitter of it (0..1, default 0.25), and the '
-  'execution timeout workers apply (0..604800 s, default none). Jobs already enqueued keep their max_attempts.';
+  'deadline of an attempt from its claim (0..604800 s, default 3600): workers stop the handler there, and no '
+  'lease reaches past it, so the reaper retries the job elsewhere. Jobs already enqueued keep their max_attempts.';
 
 create function pyjobq.job_type_policies()
 returns table (
@@ -749,7 +765,7 @@ $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, and the execution timeout in seconds (null: none).';
+  'cap and jitter, and the deadline of an attempt in seconds from its claim.';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).
@@ -1552,11 +1568,13 @@ begin
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
            lease_token = gen_random_uuid(),
-           lease_until = p_now + make_interval(secs => p_lease),
+           -- The lease, but never past the attempt's deadline.
+           lease_until = p_now + make_interval(secs => least(p_lease, t.timeout_seconds)),
            run_started_at = p_now,
            updated_at = p_now
-      from picked p
+      from picked p, pyjobq.job_type t
      where j.job_id = p.job_id
+       and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
               j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
   )
@@ -1986,11 +2004,16 @@ begin
     select u.id, u.attempt, u.token, u.ord
       from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
   ), renewed as (
+    -- Up to the attempt's deadline, never past it; once it has passed, the lease
+    -- runs out and the reaper retries the job elsewhere.
     update pyjobq.job j
-       set lease_until = v_now + make_interval(secs => v_lease),
+       set lease_until = least(v_now + make_interval(secs => v_lease),
+                               j.run_started_at + make_interval(secs => t.timeout_seconds)),
            updated_at = v_now
-      from (select distinct i.id, i.attempt, i.token from input i) f
+      from (select distinct i.id, i.attempt, i.token from input i) f, pyjobq.job_type t
      where j.job_id = f.id
+       and t.job_type = j.job_type
+       and j.run_started_at + make_interval(secs => t.timeout_seconds) > v_now
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
@@ -2015,7 +2038,8 @@ $$;
 
 comment on function pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]) is
   'Heartbeat for up to 10000 jobs in one call: extends to now + p_lease_seconds (1..86400, default 300) the '
-  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens. Returns every input job id, in input order, with '
+  'lease of each job whose attempt p_worker_id still holds with the lease token at its position in p_lease_tokens, '
+  'but never past the attempt''s deadline (claimed + its type''s timeout_seconds; once passed, not renewed). Returns every input job id, in input order, with '
   'renewed and the new lease_until, or renewed = false and a null lease_until for a job no longer held (left '
   'unchanged), with cancelled = true when job_cancel took it from this holder. A holder whose lease expired but '
   'was not yet reaped still holds the job.';
@@ -2054,7 +2078,7 @@ $$;
 
 comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
-  'default 300) if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
+  'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
 create function pyjobq.job_release_many(

@@ -54,6 +54,8 @@ TYPES = (1, 2)
 # An index into a list the model holds (jobs in enqueue order, tokens in claim order), taken
 # modulo the list's length when the rule runs: see the module docstring.
 PICK = st.integers(0, 1023)
+# Every type's default deadline for an attempt, from its claim (job_type.timeout_seconds).
+DEADLINE = timedelta(seconds=3600)
 
 T = TypeVar("T")
 
@@ -132,6 +134,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.q = JobQueue(conn)
         self.now = FROZEN
         self.jobs: dict[UUID, Row] = {}
+        # When each job's current attempt was claimed: its deadline runs from there.
+        self.claimed_at: dict[UUID, datetime] = {}
         # Every token a claim handed out, held or not any more, in claim order.
         self.tokens: list[Token] = []
 
@@ -300,6 +304,7 @@ class QueueMachine(RuleBasedStateMachine):
                 lease_until=c.lease_until,
                 updated_at=self.now,
             )
+            self.claimed_at[c.job_id] = self.now
             self.tokens.append(Token(c.job_id, worker, c.attempt))
 
     @rule(index=PICK)
@@ -382,12 +387,21 @@ class QueueMachine(RuleBasedStateMachine):
     def renew(self, index: int, lease: int) -> None:
         token = self.token_at(index)
         held = self.expect_not_held(token) is None
-        until = self.call_as_holder(
-            token,
-            lambda: self.q.renew_lease(token.job_id, token.worker_id, token.attempt, lease),
-        )
+
+        def renew() -> datetime:
+            return self.q.renew_lease(token.job_id, token.worker_id, token.attempt, lease)
+
+        deadline = self.claimed_at.get(token.job_id, self.now) + DEADLINE
+        if held and self.now >= deadline:
+            # Still held, but past the attempt's deadline: no renewal, and nothing changes.
+            before = self.db_rows()
+            with pytest.raises(LeaseLost):
+                renew()
+            assert self.db_rows() == before
+            return
+        until = self.call_as_holder(token, renew)
         if held:
-            assert until == self.now + timedelta(seconds=lease)
+            assert until == min(self.now + timedelta(seconds=lease), deadline)
             job = self.jobs[token.job_id]
             self.jobs[token.job_id] = replace(job, lease_until=until, updated_at=self.now)
 

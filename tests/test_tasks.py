@@ -36,7 +36,7 @@ def test_install_registers_the_types_and_their_policies(conn: Conn) -> None:
     email, ship = policies["SEND_EMAIL"], policies["SHIP_ORDER"]
     assert (email.job_type, email.max_attempts, email.backoff_base_seconds) == (100, 5, 30)
     assert email.timeout_seconds == 60
-    assert (ship.job_type, ship.max_attempts, ship.timeout_seconds) == (101, 3, None)
+    assert (ship.job_type, ship.max_attempts, ship.timeout_seconds) == (101, 3, 3600)
 
 
 def test_enqueue_checks_the_arguments_and_stores_them_by_name(conn: Conn) -> None:

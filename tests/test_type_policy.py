@@ -56,7 +56,7 @@ def test_a_types_backoff_and_max_attempts_seen_from_psql(
     policies = {p.job_type: p for p in JobQueue(conn).type_policies()}
     assert (policies[1].backoff_base_seconds, policies[1].backoff_cap_seconds) == (10, 20)
     assert (policies[2].max_attempts, policies[2].backoff_jitter, policies[2].timeout_seconds) == (
-        3, 0.25, None,
+        3, 0.25, 3600,
     )  # fmt: skip
 
 
@@ -103,3 +103,24 @@ def test_a_worker_applies_its_types_timeout(dsn: str, conn: Conn) -> None:
         release.set()
     assert metrics.timed_out == 1
     assert "did not finish within 0.2s" in one(conn, "select last_error from pyjobq.job")
+
+
+def test_a_lease_never_reaches_past_the_attempts_deadline(conn: Conn) -> None:
+    """Without it, a hung handler's lease was renewed for as long as its worker lived, and the
+    job was never retried anywhere. Now the claim and every renewal stop at the claim + the
+    type's timeout_seconds (3600 s unless set), and the reaper takes the job back after it."""
+    freeze(conn, FROZEN)
+    q = JobQueue(conn)
+    assert {p.timeout_seconds for p in q.type_policies()} == {3600}
+    q.type_set_policy(JobType.SEARCH, timeout_seconds=30)
+    job = q.enqueue(JobType.SEARCH, {}).job_id
+    (claimed,) = q.claim("w1", lease_seconds=300)
+    assert claimed.lease_until == FROZEN + timedelta(seconds=30)
+    freeze(conn, FROZEN + timedelta(seconds=20))
+    renew = (job, "w1", 1, 600, claimed.lease_token)
+    assert q.renew_lease(*renew) == FROZEN + timedelta(seconds=30)
+    freeze(conn, FROZEN + timedelta(seconds=31))
+    with raises_sqlstate("JQ001"):
+        conn.execute("select pyjobq.job_renew_lease(%s, %s, %s, %s, %s)", renew)
+    (reaped,) = q.reap()
+    assert (reaped.job_id, reaped.status) == (job, 1)

@@ -52,7 +52,8 @@ class WorkerConfig:
         high=86400, flag=("--lease",),
     )  # fmt: skip
     job_timeout: float | None = _setting(
-        None, "seconds a handler may run before its attempt fails", low=0, low_open=True,
+        None, "seconds from its claim a handler may run before its attempt fails, where shorter "
+        "than its type's deadline (job_type_set_policy, 3600 s by default)", low=0, low_open=True,
         flag=("--job-timeout",),
     )  # fmt: skip
     poll_interval: float = _setting(

@@ -83,10 +83,10 @@ class Outcomes:
     def end_cancellable(held: Held) -> None:
         """The handler awaited in this runner's task has returned or raised: a cancel may no
         longer interrupt the runner, and one that was delivered is taken back from it (the job
-        was cancelled, not the runner)."""
+        was cancelled, or ran past its deadline, not the runner)."""
         held.runner = None
         runner = asyncio.current_task()
-        if held.cancelled and runner is not None and runner.cancelling():
+        if (held.cancelled or held.timed_out) and runner is not None and runner.cancelling():
             runner.uncancel()
 
     async def fail(

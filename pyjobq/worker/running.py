@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -52,8 +53,8 @@ class Runner:
         self.handlers = handlers
         self.executor = executor
         self.job_timeout = state.config.job_timeout
-        # Per job type, the execution timeout of its policy (job_type_set_policy): it wins over
-        # the worker's job_timeout.
+        # Per job type, the deadline of its policy (job_type_set_policy, 3600 s by default);
+        # the worker's job_timeout applies where it is shorter.
         self.timeouts = dict(timeouts or {})
         # Threads still held by sync handlers past their timeout (see linger), and how many
         # the executor has beyond one per runner to take their place.
@@ -90,48 +91,33 @@ class Runner:
         s.metrics.observe_latency(max(0.0, (datetime.now(UTC) - job.run_after).total_seconds()))
         s.hook(s.hooks.on_job_start, job)
         handler = self.handlers[job.job_type]
-        is_async_job = job.job_type in self.outcomes.async_types
-        deadline = self.timeouts.get(job.job_type, self.job_timeout)
+        deadline = self.deadline(job.job_type)
+        if deadline is not None:
+            # From the claim, as the queue counts it: no lease reaches past it there either.
+            held.deadline_at = held.claimed_at + deadline
+        # No task, shield or timer per job: an async handler runs in this runner's task, a
+        # sync one in the pool, and the watchdog stops either at its deadline.
         try:
-            if deadline is None:
-                # No deadline: no extra task or shield per job. An async handler runs in
-                # this runner's task (a hard stop or a cancel cancels the runner), a sync one
-                # in the pool.
-                if is_async_job:
-                    held.runner = asyncio.current_task()
-                    try:
-                        result = await handler(job)  # type: ignore[misc]
-                    finally:
-                        self.outcomes.end_cancellable(held)
-                else:
-                    held.task = self.in_thread(held, handler)
-                    result = await held.task
+            if job.job_type in self.outcomes.async_types:
+                held.runner = asyncio.current_task()
+                try:
+                    result = await handler(job)  # type: ignore[misc]
+                finally:
+                    self.outcomes.end_cancellable(held)
             else:
-                if is_async_job:
-                    coro: Awaitable[Payload | None] = handler(job)  # type: ignore[assignment]
-                    held.task = asyncio.ensure_future(coro)
-                else:
-                    held.task = self.in_thread(held, handler)
-                result = await asyncio.wait_for(asyncio.shield(held.task), deadline)
+                held.task = self.in_thread(held, handler)
+                result = await held.task
         except asyncio.CancelledError:
-            if not held.cancelled:
+            if held.timed_out:
+                await self.past_deadline(held, deadline)
+            elif held.cancelled:
+                self.outcomes.lost(held)
+            else:
                 raise  # a hard stop
-            self.outcomes.lost(held)
         except Retry as e:
             await self.outcomes.fail(held, e, e.delay_seconds, False)
         except DeadLetter as e:
             await self.outcomes.fail(held, e, None, True)
-        except TimeoutError as e:
-            if deadline is None or held.task is None:  # raised by the handler itself
-                await self.outcomes.fail(held, e, None, False)
-                return
-            held.task.cancel()
-            s.metrics.timed_out += 1
-            if not is_async_job:
-                self.linger(held)
-            timeout = TimeoutError(f"handler did not finish within {deadline}s")
-            timeout.__cause__ = e
-            await self.outcomes.fail(held, timeout, None, False)
         except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us
             await self.outcomes.fail(held, e, None, False)
         else:
@@ -147,6 +133,44 @@ class Runner:
             s.have_done.set()
             if len(s.done) >= self.claimer.flush_at:
                 s.flush_now.set()
+
+    def deadline(self, job_type: int) -> float | None:
+        """Seconds a handler of ``job_type`` may run: its type's deadline, or the worker's
+        ``job_timeout`` when that is shorter."""
+        limits = [t for t in (self.timeouts.get(job_type), self.job_timeout) if t is not None]
+        return min(limits, default=None)
+
+    async def watch_deadlines(self) -> None:
+        """The watchdog: one task for every running job's deadline, instead of a timer each.
+        It looks as often as a twentieth of the shortest deadline (10 ms to 1 s)."""
+        s = self.state
+        shortest = min([*self.timeouts.values(), self.job_timeout or math.inf])
+        tick = min(1.0, max(0.01, shortest / 20))
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for held in list(s.running):
+                if held.deadline_at is not None and held.deadline_at <= now:
+                    self.stop_handler(held)
+
+    def stop_handler(self, held: Held) -> None:
+        """``held`` ran past its deadline: interrupt the await of its handler, if still on."""
+        if held.timed_out:
+            return
+        if held.runner is not None:
+            held.timed_out = True
+            held.runner.cancel()  # an async handler: CancelledError at its next await
+        elif held.task is not None and not held.task.done():
+            held.timed_out = True
+            held.task.cancel()  # a sync one: its runner stops waiting; the thread lingers
+
+    async def past_deadline(self, held: Held, deadline: float | None) -> None:
+        """Fail the attempt that ran past its deadline; a sync handler keeps its thread."""
+        self.state.metrics.timed_out += 1
+        if held.job.job_type not in self.outcomes.async_types:
+            self.linger(held)
+        timeout = TimeoutError(f"handler did not finish within {deadline}s")
+        await self.outcomes.fail(held, timeout, None, False)
 
     def in_thread(self, held: Held, handler: Handler) -> asyncio.Future[Payload | None]:
         """Run a sync handler in the pool; ``held.thread`` keeps the thread's own future, since

@@ -189,6 +189,7 @@ class Worker:
                 conninfo, kwargs = self._conninfo()
             listener = Listener(s, set(self.handlers), conninfo, kwargs)
             tasks["listener"] = s.spawn(listener.run())
+        tasks["deadlines"] = s.spawn(runner.watch_deadlines())
         runners = [s.spawn(runner.run()) for _ in range(config.concurrency)]
         log.info(
             "worker started",
@@ -246,9 +247,7 @@ class Worker:
         self._async_types = {t for t, h in self.handlers.items() if is_async(h)}
         self._outcomes.async_types = self._async_types
         self._timeouts = {
-            p.job_type: p.timeout_seconds
-            for p in policies
-            if p.job_type in self.handlers and p.timeout_seconds is not None
+            p.job_type: p.timeout_seconds for p in policies if p.job_type in self.handlers
         }
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:

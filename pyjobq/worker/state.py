@@ -61,10 +61,13 @@ class Held:
     cancelled: bool = False
     result: Jsonb | None = None
     task: asyncio.Future[Any] | None = field(default=None, repr=False)
-    # The runner's own task while it awaits an async handler in it (no job_timeout).
+    # The runner's own task while it awaits an async handler in it.
     runner: asyncio.Task[Any] | None = field(default=None, repr=False)
     # The pool thread's future of a sync handler: done only when the thread is free again.
     thread: Future[Any] | None = field(default=None, repr=False)
+    # When (time.monotonic()) its handler must have finished, and whether it did not.
+    deadline_at: float | None = None
+    timed_out: bool = False
 
 
 class WorkerState:

@@ -9,6 +9,11 @@ set pyjobq.fake_now = '2030-01-01 00:00:50+00';
 select job_renew_lease(:'j', 'w1', 1);
 select job_renew_lease(:'j', 'w1', 1, 600);
 -- An expired lease that nobody reaped yet is still the holder's.
+set pyjobq.fake_now = '2030-01-01 00:30:00+00';
+select job_renew_lease(:'j', 'w1', 1, 1);
+-- A lease reaches its attempt's deadline (the claim + 3600 s, its type's default) and no further;
+-- past it, no renewal: JQ001, and the reaper retries the job once the lease runs out.
+select job_renew_lease(:'j', 'w1', 1, 86400);
 set pyjobq.fake_now = '2030-01-01 01:00:00+00';
 select job_renew_lease(:'j', 'w1', 1, 1);
 select job_renew_lease(:'j', 'w2', 1);

@@ -35,6 +35,35 @@ SERVER_SETTINGS = {
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
+# The modules whose tests run workers, processes or other servers, drive Node.js or Hypothesis,
+# or build databases by migration: marked slow as a whole, so that `-m "not slow"` is the SQL
+# API and the binding, and takes seconds. Tests elsewhere that wait or load carry the mark
+# themselves.
+SLOW_MODULES = {
+    "test_cli",
+    "test_concurrency",
+    "test_conformance",
+    "test_contrib_django",
+    "test_cross_client",
+    "test_fastapi_example",
+    "test_faults",
+    "test_fuzz",
+    "test_migrations",
+    "test_model",
+    "test_pgbouncer",
+    "test_races",
+    "test_wheel",
+    "test_worker",
+    "test_worker_poison",
+    "test_worker_process",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[LocalPostgres]:

@@ -37,8 +37,8 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 
 # The modules whose tests run workers, processes or other servers, drive Node.js or Hypothesis,
 # or build databases by migration: marked slow as a whole, so that `-m "not slow"` is the SQL
-# API and the binding, and takes seconds. Tests elsewhere that wait or load carry the mark
-# themselves.
+# API and the binding (about a minute on 2 cores, most of it cloning a database per test).
+# Tests elsewhere that wait or load carry the mark themselves.
 SLOW_MODULES = {
     "test_cli",
     "test_concurrency",

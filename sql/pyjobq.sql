@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 10
+  select 11
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2267,8 +2267,10 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 -- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
 -- statistics say, so the cost follows the jobs in those states, never the
--- DONE history.
+-- DONE history; plain index scans, which stop at a LIMIT (a bitmap scan reads
+-- every matching entry first).
 set enable_seqscan = off
+set enable_bitmapscan = off
 set jit = off
 as $$
   -- (select pyjobq.clock_now()): read once, not once per row.
@@ -2284,11 +2286,19 @@ as $$
       from pyjobq.job j
      where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
      group by j.job_type
-    union all
-    select j.job_type, j.status, count(*), null, null
-      from pyjobq.job j
-     where j.status in (4, 5)
-     group by j.job_type, j.status
+  ), ended_counts as (
+    -- DEAD and CANCELLED grow with history too: each type's counted through
+    -- job_dead_cancelled_idx up to 10001 entries, no further.
+    select t.job_type, e.status,
+           (select count(*)
+              from (select 1
+                      from pyjobq.job j
+                     where j.status in (4, 5)  -- the index's predicate, for the planner
+                       and j.job_type = t.job_type
+                       and j.status = e.status
+                     limit 10001) as k) as jobs
+      from pyjobq.job_type t
+     cross join (values (4), (5)) as e(status)
   ), size as (
     -- The rows the planner would assume now: rows per page at the last
     -- ANALYZE times the pages now (null before the first ANALYZE).
@@ -2311,21 +2321,24 @@ as $$
      where s.statistics_schemaname = 'pyjobq'
        and s.statistics_name = 'job_type_status_stats'
        and s.most_common_freqs is not null
-  ), done_estimated as (
-    -- Larger: each type's share of DONE rows in the sample of the last
-    -- ANALYZE, times the rows now. A type missing from the sample has ~0.
-    select s.vals[i][1]::int as job_type, round(s.freqs[i] * z.rows)::bigint as jobs
+  ), estimated as (
+    -- Larger: each (type, status)'s share of the rows in the sample of the
+    -- last ANALYZE, times the rows now. A pair missing from the sample has ~0.
+    select s.vals[i][1]::int as job_type, s.vals[i][2]::int as status,
+           round(s.freqs[i] * z.rows)::bigint as jobs
       from stats s
      cross join size z
      cross join lateral generate_subscripts(s.freqs, 1) as i
-     where not z.small
-       and s.vals[i][2] = '3'
+     where s.vals[i][2] in ('3', '4', '5')
   )
   select t.job_type::int,
          t.name::text,
          s.status,
          s.status_name,
-         case when s.status <> 3 then coalesce(c.jobs, 0)
+         case when s.status in (1, 2) then coalesce(c.jobs, 0)
+              when s.status in (4, 5) and e.jobs <= 10000 then e.jobs
+              -- More than 10000 DEAD or CANCELLED: the estimate, but at least what was counted.
+              when s.status in (4, 5) then greatest(coalesce(de.jobs, 0), e.jobs)
               when z.small then coalesce(dc.jobs, 0)
               when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
          end,
@@ -2333,14 +2346,15 @@ as $$
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
          end,
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
-         s.status <> 3 or z.small
+         s.status in (1, 2) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
     from pyjobq.job_type t
    cross join (select g.status, pyjobq._status_name(g.status) as status_name
                  from generate_series(1, 5) as g(status)) as s
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
+    left join ended_counts e on e.job_type = t.job_type and e.status = s.status
     left join done_counted dc on dc.job_type = t.job_type and s.status = 3
-    left join done_estimated de on de.job_type = t.job_type and s.status = 3
+    left join estimated de on de.job_type = t.job_type and de.status = s.status and not z.small
    where t.job_type <> all ((select pyjobq._denied_types('observe'))::smallint[])  -- evaluated once
    order by t.job_type, s.status
 $$;
@@ -2348,9 +2362,10 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
-  'PENDING, RUNNING, DEAD and CANCELLED are exact and read through indexes. DONE is exact while the table is at '
-  'most 1 MiB; '
-  'beyond, it is an estimate from the statistics of the last ANALYZE (null before the first), and exact is false.';
+  'PENDING and RUNNING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
+  'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
+  'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (null '
+  'before the first), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (

@@ -96,3 +96,31 @@ def test_counts_read_no_finished_row(conn: Conn) -> None:
         scans_after, blocks_after = table_reads(conn)
         assert scans_after == scans
         assert blocks_after - blocks <= 20 < pages
+
+
+def test_dead_history_is_counted_up_to_a_bound_then_estimated(conn: Conn) -> None:
+    """DEAD (and CANCELLED) rows were all counted through their index at every call, so the
+    call grew with the dead history: now 10001 index entries per type and status at most."""
+    dead = 12_000
+    finish_history(conn, dead)
+    conn.execute("update pyjobq.job set status = 4")
+    active_jobs(conn)
+    conn.execute("analyze pyjobq.job")
+    conn.execute("select pg_stat_force_next_flush()")
+    conn.execute("select pg_stat_clear_snapshot()")
+    read = (
+        "select idx_tup_read from pg_stat_user_indexes"
+        " where indexrelname = 'job_dead_cancelled_idx'"
+    )
+    (before,) = one_row(conn, read)
+    got = counts(conn)
+    conn.execute("select pg_stat_force_next_flush()")
+    conn.execute("select pg_stat_clear_snapshot()")
+    (after,) = one_row(conn, read)
+    jobs, exact = got[(1, 4)]
+    assert not exact
+    assert jobs > 10_000
+    assert abs(jobs - (dead + 1)) <= dead * 0.05, jobs
+    assert got[(2, 4)] == (0, True)
+    assert got[(1, 5)] == (0, True)
+    assert after - before <= 10_001 + 1  # type 1's DEAD up to the bound, the rest empty

@@ -52,8 +52,9 @@ class WorkerConfig:
         high=86400, flag=("--lease",),
     )  # fmt: skip
     job_timeout: float | None = _setting(
-        None, "seconds from its claim a handler may run before its attempt fails, where shorter "
-        "than its type's deadline (job_type_set_policy, 3600 s by default)", low=0, low_open=True,
+        None, "seconds a handler may run before its attempt fails; its type's deadline "
+        "(job_type_set_policy, 3600 s from the claim by default) applies too", low=0,
+        low_open=True,
         flag=("--job-timeout",),
     )  # fmt: skip
     poll_interval: float = _setting(

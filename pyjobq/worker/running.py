@@ -91,10 +91,7 @@ class Runner:
         s.metrics.observe_latency(max(0.0, (datetime.now(UTC) - job.run_after).total_seconds()))
         s.hook(s.hooks.on_job_start, job)
         handler = self.handlers[job.job_type]
-        deadline = self.deadline(job.job_type)
-        if deadline is not None:
-            # From the claim, as the queue counts it: no lease reaches past it there either.
-            held.deadline_at = held.claimed_at + deadline
+        self.set_deadline(held)
         # No task, shield or timer per job: an async handler runs in this runner's task, a
         # sync one in the pool, and the watchdog stops either at its deadline.
         try:
@@ -109,7 +106,7 @@ class Runner:
                 result = await held.task
         except asyncio.CancelledError:
             if held.timed_out:
-                await self.past_deadline(held, deadline)
+                await self.past_deadline(held)
             elif held.cancelled:
                 self.outcomes.lost(held)
             else:
@@ -134,11 +131,17 @@ class Runner:
             if len(s.done) >= self.claimer.flush_at:
                 s.flush_now.set()
 
-    def deadline(self, job_type: int) -> float | None:
-        """Seconds a handler of ``job_type`` may run: its type's deadline, or the worker's
-        ``job_timeout`` when that is shorter."""
-        limits = [t for t in (self.timeouts.get(job_type), self.job_timeout) if t is not None]
-        return min(limits, default=None)
+    def set_deadline(self, held: Held) -> None:
+        """When the handler starting now must have finished: its type's deadline counted from
+        the claim, as the queue counts it (no lease reaches past it), or the worker's
+        ``job_timeout`` counted from now, whichever comes first."""
+        ends = []
+        if (type_deadline := self.timeouts.get(held.job.job_type)) is not None:
+            ends.append((held.claimed_at + type_deadline, type_deadline))
+        if self.job_timeout is not None:
+            ends.append((time.monotonic() + self.job_timeout, self.job_timeout))
+        if ends:
+            held.deadline_at, held.deadline_seconds = min(ends)
 
     async def watch_deadlines(self) -> None:
         """The watchdog: one task for every running job's deadline, instead of a timer each.
@@ -164,12 +167,12 @@ class Runner:
             held.timed_out = True
             held.task.cancel()  # a sync one: its runner stops waiting; the thread lingers
 
-    async def past_deadline(self, held: Held, deadline: float | None) -> None:
+    async def past_deadline(self, held: Held) -> None:
         """Fail the attempt that ran past its deadline; a sync handler keeps its thread."""
         self.state.metrics.timed_out += 1
         if held.job.job_type not in self.outcomes.async_types:
             self.linger(held)
-        timeout = TimeoutError(f"handler did not finish within {deadline}s")
+        timeout = TimeoutError(f"handler did not finish within {held.deadline_seconds}s")
         await self.outcomes.fail(held, timeout, None, False)
 
     def in_thread(self, held: Held, handler: Handler) -> asyncio.Future[Payload | None]:

@@ -65,8 +65,10 @@ class Held:
     runner: asyncio.Task[Any] | None = field(default=None, repr=False)
     # The pool thread's future of a sync handler: done only when the thread is free again.
     thread: Future[Any] | None = field(default=None, repr=False)
-    # When (time.monotonic()) its handler must have finished, and whether it did not.
+    # When (time.monotonic()) its handler must have finished, the limit that sets it (seconds),
+    # and whether it did not.
     deadline_at: float | None = None
+    deadline_seconds: float | None = None
     timed_out: bool = False
 
 

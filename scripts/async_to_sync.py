@@ -8,11 +8,12 @@ script writes (tests/test_binding.py runs it that way).
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from generated import write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "pyjobq" / "aio.py"
@@ -55,17 +56,7 @@ def generate(source: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="only compare, write nothing")
-    args = parser.parse_args()
-    expected = generate(SOURCE.read_text())
-    if args.check:
-        if TARGET.read_text() != expected:
-            print(f"{TARGET.relative_to(ROOT)} is out of date: run {__file__}", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(expected)
-    return 0
+    return write_or_check(__doc__.splitlines()[0], TARGET, generate(SOURCE.read_text()), __file__)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ exits 1 when sql/pyjobq.sql is not what this script writes (tests/test_sql_build
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from generated import write_or_check
 
 ROOT = Path(__file__).resolve().parent.parent
 SQL = ROOT / "sql"
@@ -34,17 +35,7 @@ def generate() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if sql/pyjobq.sql is stale")
-    args = parser.parse_args()
-    text = generate()
-    if args.check:
-        if TARGET.read_text() != text:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run scripts/build_sql.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
-    return 0
+    return write_or_check(__doc__.splitlines()[0], TARGET, generate(), __file__)
 
 
 if __name__ == "__main__":

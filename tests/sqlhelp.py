@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -109,3 +110,16 @@ def wait_for_lock_wait(
     pid = waiter.info.backend_pid
     query = "select wait_event_type from pg_stat_activity where pid = %s"
     wait_for(lambda: monitor.execute(query, (pid,)).fetchone() == ("Lock",), what)
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def mask(text: str) -> str:
+    """Number uuids in order of first appearance: the ids differ, the shape must not."""
+    seen: dict[str, str] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return seen.setdefault(match.group(0), f"<uuid {len(seen) + 1}>".ljust(36, "."))
+
+    return UUID.sub(number, text)

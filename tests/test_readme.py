@@ -11,11 +11,10 @@ from pathlib import Path
 import psycopg
 
 from pyjobq.localpg import LocalPostgres
-from tests.test_sql_api_doc import mask
+from tests.sqlhelp import UUID, mask
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 PROMPT = "app=> "
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def session() -> tuple[list[str], list[str]]:

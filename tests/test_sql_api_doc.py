@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from pyjobq.localpg import LocalPostgres
-from tests.sqlhelp import one
+from tests.sqlhelp import mask, one
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "sql-api.md"
@@ -30,7 +30,6 @@ REGENERATE = os.environ.get("PYJOBQ_REGEN_DOC") == "1"
 
 BLOCK_END = "@@@ end of example @@@"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -100,16 +99,6 @@ def examples(doc: str) -> list[tuple[re.Match[str], re.Match[str] | None]]:
         else:
             pairs.append((fence, None))
     return pairs
-
-
-def mask(text: str) -> str:
-    """Number uuids in order of first appearance: the ids differ, the shape must not."""
-    seen: dict[str, str] = {}
-
-    def number(match: re.Match[str]) -> str:
-        return seen.setdefault(match.group(0), f"<uuid {len(seen) + 1}>".ljust(36, "."))
-
-    return UUID.sub(number, text)
 
 
 @pytest.fixture

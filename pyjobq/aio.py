@@ -165,7 +165,7 @@ class AsyncJobQueue:
         concurrent claimers never get the same job. An empty list means nothing
         is due.
         """
-        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        codes = await self._type_codes(job_types)
         params = (worker_id, limit, lease_seconds, codes)
         return await self._rows(ClaimedJob, statements.CLAIM, params)
 
@@ -182,7 +182,7 @@ class AsyncJobQueue:
         due (``None`` when none is scheduled), so an idle worker sleeps exactly that long for
         the one round trip a plain claim costs.
         """
-        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        codes = await self._type_codes(job_types)
         params = (codes, worker_id, limit, lease_seconds, codes)
         async with (
             translated(),
@@ -198,7 +198,7 @@ class AsyncJobQueue:
     async def next_due(self, job_types: Sequence[int | str] | None = None) -> datetime | None:
         """``job_next_due``: when the earliest PENDING job not yet due becomes due (None if none
         is scheduled), among ``job_types`` (default: every type this role may work)."""
-        codes = None if job_types is None else [await self._code(t) for t in job_types]
+        codes = await self._type_codes(job_types)
         due: datetime | None = await self._scalar(statements.NEXT_DUE, (codes,))
         return due
 
@@ -497,6 +497,10 @@ class AsyncJobQueue:
     async def settings_set(self, require_lease_token: bool | None = None) -> Settings:
         """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
         return await self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+
+    async def _type_codes(self, job_types: Sequence[int | str] | None) -> list[int | None] | None:
+        """Job types given by code or by name, as codes (``None``: every type)."""
+        return None if job_types is None else [await self._code(t) for t in job_types]
 
     async def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

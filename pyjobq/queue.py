@@ -161,7 +161,7 @@ class JobQueue:
         concurrent claimers never get the same job. An empty list means nothing
         is due.
         """
-        codes = None if job_types is None else [self._code(t) for t in job_types]
+        codes = self._type_codes(job_types)
         params = (worker_id, limit, lease_seconds, codes)
         return self._rows(ClaimedJob, statements.CLAIM, params)
 
@@ -178,7 +178,7 @@ class JobQueue:
         due (``None`` when none is scheduled), so an idle worker sleeps exactly that long for
         the one round trip a plain claim costs.
         """
-        codes = None if job_types is None else [self._code(t) for t in job_types]
+        codes = self._type_codes(job_types)
         params = (codes, worker_id, limit, lease_seconds, codes)
         with (
             translated(),
@@ -194,7 +194,7 @@ class JobQueue:
     def next_due(self, job_types: Sequence[int | str] | None = None) -> datetime | None:
         """``job_next_due``: when the earliest PENDING job not yet due becomes due (None if none
         is scheduled), among ``job_types`` (default: every type this role may work)."""
-        codes = None if job_types is None else [self._code(t) for t in job_types]
+        codes = self._type_codes(job_types)
         due: datetime | None = self._scalar(statements.NEXT_DUE, (codes,))
         return due
 
@@ -493,6 +493,10 @@ class JobQueue:
     def settings_set(self, require_lease_token: bool | None = None) -> Settings:
         """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
         return self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+
+    def _type_codes(self, job_types: Sequence[int | str] | None) -> list[int | None] | None:
+        """Job types given by code or by name, as codes (``None``: every type)."""
+        return None if job_types is None else [self._code(t) for t in job_types]
 
     def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

@@ -54,11 +54,13 @@ as $$
       from pyjobq.job_type t
      cross join (values (4), (5)) as e(status)
   ), size as (
-    -- The rows the planner would assume now: rows per page at the last
-    -- ANALYZE times the pages now (null before the first ANALYZE).
+    -- The rows now: rows per page at the last ANALYZE times the pages now, or,
+    -- before the first ANALYZE, the server's count of live rows.
     select pg_relation_size(c.oid) <= 1048576 as small,
+           pg_relation_size(c.oid) / current_setting('block_size')::int as pages,
            case when c.reltuples >= 0 and c.relpages > 0
                 then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
+                else pg_stat_get_live_tuples(c.oid)
            end as rows
       from pg_class c
      where c.oid = 'pyjobq.job'::regclass
@@ -75,15 +77,49 @@ as $$
      where s.statistics_schemaname = 'pyjobq'
        and s.statistics_name = 'job_type_status_stats'
        and s.most_common_freqs is not null
-  ), estimated as (
-    -- Larger: each (type, status)'s share of the rows in the sample of the
-    -- last ANALYZE, times the rows now. A pair missing from the sample has ~0.
-    select s.vals[i][1]::int as job_type, s.vals[i][2]::int as status,
-           round(s.freqs[i] * z.rows)::bigint as jobs
+  ), listed as (
+    -- Each (type, status)'s share of the rows in the sample of the last ANALYZE.
+    select s.vals[i][1]::int as job_type, s.vals[i][2]::int as status, s.freqs[i] as freq
       from stats s
-     cross join size z
      cross join lateral generate_subscripts(s.freqs, 1) as i
-     where s.vals[i][2] in ('3', '4', '5')
+  ), sample as materialized (
+    -- Larger and never analyzed: about 32 of its pages, the same ones at every
+    -- call while it does not grow. The condition is checked before the scan.
+    select j.job_type, j.status
+      from pyjobq.job j
+           tablesample system ((select least(100, 100.0 * 32 / greatest(z.pages, 1)) from size z)) repeatable (0)
+     where not (select z.small from size z)
+       and not exists (select from stats)
+  ), shares as (
+    select l.job_type, l.status, l.freq from listed l
+    union all
+    select m.job_type, 3, count(*)::double precision / (select count(*) from sample)
+      from sample m
+     where m.status = 3
+     group by m.job_type
+  ), known as (
+    -- Rows counted exactly now whose (type, status) has no share.
+    select coalesce(sum(k.jobs), 0) as jobs
+      from (select c.job_type, c.status, c.jobs from exact_counts c
+            union all
+            select e.job_type, e.status, e.jobs from ended_counts e where e.jobs <= 10000) as k
+     where not exists (select from shares h where (h.job_type, h.status) = (k.job_type, k.status))
+  ), estimated as (
+    -- Not small: a share times the rows now. A type whose DONE jobs have no
+    -- share (too few to be in the sample) gets, split with the others without
+    -- one, the rows that no share and no exact count accounts for.
+    select h.job_type, h.status, round(h.freq * z.rows)::bigint as jobs
+      from shares h
+     cross join size z
+     where h.status in (3, 4, 5)
+    union all
+    select t.job_type, 3,
+           greatest(0, round(((1 - (select coalesce(sum(h.freq), 0) from shares h)) * z.rows - k.jobs)
+                             / count(*) over ()))::bigint
+      from pyjobq.job_type t
+     cross join size z
+     cross join known k
+     where not exists (select from shares h where h.job_type = t.job_type and h.status = 3)
   )
   select t.job_type::int,
          t.name::text,
@@ -94,7 +130,7 @@ as $$
               -- More than 10000 DEAD or CANCELLED: the estimate, but at least what was counted.
               when s.status in (4, 5) then greatest(coalesce(de.jobs, 0), e.jobs)
               when z.small then coalesce(dc.jobs, 0)
-              when z.rows is not null and exists (select from stats) then coalesce(de.jobs, 0)
+              else coalesce(de.jobs, 0)
          end,
          case when s.status = 1 then
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
@@ -118,8 +154,8 @@ comment on function pyjobq.job_counts() is
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
   'PENDING and RUNNING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
   'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
-  'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (null '
-  'before the first), and exact is false.';
+  'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (before '
+  'the first, from about 32 pages of the table), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (

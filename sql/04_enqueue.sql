@@ -59,6 +59,58 @@ comment on function pyjobq._announce(int, timestamptz, timestamptz) is
   'Notifies channel pyjobq_job on commit that a job of type p_job_type is PENDING: payload the type when '
   'p_run_after <= p_now, else type@run_after in seconds since 1970.';
 
+-- One job, its arguments checked: inserted PENDING, or, when an active job of
+-- its type holds p_dedupe_key, that job (created false). If the holder ends
+-- between the insert and the lookup, try again. job_enqueue and the ticks of
+-- schedules enqueue through here.
+create function pyjobq._enqueue_one(
+  p_job_type int,
+  p_payload jsonb,
+  p_priority int,
+  p_run_after timestamptz,
+  p_dedupe_key text,
+  p_max_attempts int,
+  p_now timestamptz
+)
+returns table (job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_seq bigint;
+  v_new_id uuid;
+  v_id uuid;
+begin
+  loop
+    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
+    insert into pyjobq.job as j
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+    values
+      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now)
+    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+    returning j.job_id into v_id;
+    if v_id is not null then
+      perform pyjobq._pending_from(p_run_after, p_now, true);
+      perform pyjobq._announce(p_job_type, p_run_after, p_now);
+      return query select v_id, true;
+      return;
+    end if;
+    select a.job_id into v_id
+      from pyjobq.job a
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+    if v_id is not null then
+      return query select v_id, false;
+      return;
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz) is
+  'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
+  'p_dedupe_key (created false); voids claim fronts and announces as every enqueue does.';
+
 create function pyjobq.job_enqueue(
   p_job_type int,
   p_payload jsonb default null,
@@ -80,9 +132,6 @@ declare
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int;
-  v_seq bigint;
-  v_new_id uuid;
-  v_id uuid;
 begin
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
@@ -93,30 +142,9 @@ begin
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
 
-  -- An active job with the same key wins: insert or, on conflict, return that
-  -- job. If it finishes between our insert and our lookup, try again.
-  loop
-    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(v_now, 1) n;
-    insert into pyjobq.job as j
-      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
-    values
-      (v_new_id, v_seq, p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now, v_now)
-    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
-    returning j.job_id into v_id;
-    if v_id is not null then
-      perform pyjobq._pending_from(v_run_after, v_now, true);
-      perform pyjobq._announce(p_job_type, v_run_after, v_now);
-      return query select v_id, true;
-      return;
-    end if;
-    select a.job_id into v_id
-      from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
-    if v_id is not null then
-      return query select v_id, false;
-      return;
-    end if;
-  end loop;
+  return query
+    select e.job_id, e.created
+      from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now) e;
 end;
 $$;
 

@@ -52,7 +52,8 @@ begin
     pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]),
     pyjobq.job_release(uuid, text, int, uuid),
     pyjobq.job_release_many(text, uuid[], int[], uuid[]),
-    pyjobq.job_reap(int)
+    pyjobq.job_reap(int),
+    pyjobq.job_schedule_tick()
     to pyjobq_worker;
   grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
   -- Payloads and results are the application's data: producers read back what they
@@ -74,7 +75,13 @@ begin
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_settings(),
     pyjobq.job_settings_set(boolean),
-    pyjobq.job_reap(int)
+    pyjobq.job_reap(int),
+    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
+    pyjobq.job_schedule_delete(text),
+    pyjobq.job_schedule_pause(text),
+    pyjobq.job_schedule_resume(text),
+    pyjobq.job_schedules(),
+    pyjobq.job_schedule_tick()
     to pyjobq_admin;
 end;
 $$;
@@ -84,9 +91,9 @@ revoke all on function pyjobq.grant_roles() from public;
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, watch, reap, '
-  'redrive, prune, '
-  'register types, per-type grants, settings) '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, '
+  'watch, reap, redrive, prune, '
+  'register types, per-type grants, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

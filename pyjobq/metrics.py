@@ -32,6 +32,8 @@ class WorkerMetrics:
     released: int = 0
     renewed: int = 0
     reaped: int = 0
+    # Jobs that schedules' ticks enqueued through this worker's job_schedule_tick calls.
+    scheduled: int = 0
     round_trips: int = 0
     claims: int = 0
     flushes: int = 0

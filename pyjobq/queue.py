@@ -27,6 +27,7 @@ from pyjobq.rows import (
     CountRow,
     Enqueued,
     FailOutcome,
+    Fired,
     JobInfo,
     JobSummary,
     JobTypeInfo,
@@ -34,6 +35,7 @@ from pyjobq.rows import (
     RegisteredType,
     Release,
     Renewal,
+    Schedule,
     Settings,
     TypeGrant,
     TypePolicy,
@@ -493,6 +495,64 @@ class JobQueue:
     def settings_set(self, require_lease_token: bool | None = None) -> Settings:
         """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
         return self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+
+    def schedule_set(
+        self,
+        name: str,
+        cron: str,
+        job_type: int | str,
+        payload: Payload | None = None,
+        time_zone: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        on_miss: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> datetime:
+        """``job_schedule_set``: create or replace the periodic job ``name``: at each tick of
+        ``cron`` (five fields or an @alias) in ``time_zone`` (default UTC), a job as
+        :meth:`enqueue` takes it. Ticks found more than ``grace_seconds`` (60) late are skipped
+        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Returns the next tick.
+        Admins only."""
+        params = (
+            name,
+            cron,
+            self._code(job_type),
+            jsonb(payload),
+            time_zone,
+            priority,
+            max_attempts,
+            dedupe_key,
+            on_miss,
+            grace_seconds,
+        )
+        next_fire_at: datetime = self._scalar(statements.SCHEDULE_SET, params)
+        return next_fire_at
+
+    def schedule_delete(self, name: str) -> bool:
+        """``job_schedule_delete``: delete a schedule (its jobs stay); False if there was none."""
+        found: bool = self._scalar(statements.SCHEDULE_DELETE, (name,))
+        return found
+
+    def schedule_pause(self, name: str) -> bool:
+        """``job_schedule_pause``: stop a schedule firing; False if there is none."""
+        found: bool = self._scalar(statements.SCHEDULE_PAUSE, (name,))
+        return found
+
+    def schedule_resume(self, name: str) -> bool:
+        """``job_schedule_resume``: let a paused schedule fire again from its first tick after now
+        (ticks while paused are not fired); False if there is none."""
+        found: bool = self._scalar(statements.SCHEDULE_RESUME, (name,))
+        return found
+
+    def schedules(self) -> list[Schedule]:
+        """``job_schedules``: every schedule, its next tick and what it fired."""
+        return self._rows(Schedule, statements.SCHEDULES, ())
+
+    def schedule_tick(self) -> list[Fired]:
+        """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
+        many call it at once; one :class:`Fired` per job enqueued."""
+        return self._rows(Fired, statements.SCHEDULE_TICK, ())
 
     def _type_codes(self, job_types: Sequence[int | str] | None) -> list[int | None] | None:
         """Job types given by code or by name, as codes (``None``: every type)."""

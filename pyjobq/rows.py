@@ -264,3 +264,38 @@ class Settings:
     claim's lease token (the schema owner excepted)."""
 
     require_lease_token: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A row of ``job_schedules``: a periodic job, its next tick and what it fired."""
+
+    name: str
+    cron: str
+    time_zone: str
+    job_type: int
+    job_type_name: str
+    payload: dict[str, Any]
+    priority: int
+    max_attempts: int | None
+    dedupe_key: str | None
+    on_miss: str
+    grace_seconds: int
+    paused: bool
+    next_fire_at: datetime
+    last_fire_at: datetime | None
+    last_job_id: UUID | None
+    fired: int
+    misses: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """A row of ``job_schedule_tick``: a job a schedule's tick enqueued (``created`` false: the
+    active job holding the schedule's dedupe key); ``catch_up`` when it stands for missed ticks."""
+
+    name: str
+    tick: datetime
+    job_id: UUID
+    created: bool
+    catch_up: bool

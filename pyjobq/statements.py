@@ -104,4 +104,19 @@ TYPE_GRANTS: LiteralString = (
 )
 SETTINGS: LiteralString = "select require_lease_token from pyjobq.job_settings()"
 SETTINGS_SET: LiteralString = "select require_lease_token from pyjobq.job_settings_set(%s::boolean)"
+SCHEDULE_SET: LiteralString = (
+    "select next_fire_at from pyjobq.job_schedule_set(%s::text, %s::text, %s::int, %s::jsonb,"
+    " %s::text, %s::int, %s::int, %s::text, %s::text, %s::int)"
+)
+SCHEDULE_DELETE: LiteralString = "select pyjobq.job_schedule_delete(%s::text)"
+SCHEDULE_PAUSE: LiteralString = "select pyjobq.job_schedule_pause(%s::text)"
+SCHEDULE_RESUME: LiteralString = "select pyjobq.job_schedule_resume(%s::text)"
+SCHEDULES: LiteralString = (
+    "select name, cron, time_zone, job_type, job_type_name, payload, priority, max_attempts,"
+    " dedupe_key, on_miss, grace_seconds, paused, next_fire_at, last_fire_at, last_job_id, fired,"
+    " misses from pyjobq.job_schedules()"
+)
+SCHEDULE_TICK: LiteralString = (
+    "select name, tick, job_id, created, catch_up from pyjobq.job_schedule_tick()"
+)
 SCHEMA_VERSION: LiteralString = "select pyjobq.schema_version()"

@@ -3236,12 +3236,12 @@ create function pyjobq.job_schedule_set(
   p_cron text,
   p_job_type int,
   p_payload jsonb default null,
-  p_time_zone text default 'UTC',
+  p_time_zone text default null,
   p_priority int default null,
   p_max_attempts int default null,
   p_dedupe_key text default null,
-  p_on_miss text default 'skip',
-  p_grace_seconds int default 60
+  p_on_miss text default null,
+  p_grace_seconds int default null
 )
 returns table (name text, next_fire_at timestamptz)
 language plpgsql
@@ -3252,6 +3252,9 @@ set lock_timeout = '5s'
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
+  v_time_zone text := coalesce(p_time_zone, 'UTC');
+  v_on_miss text := coalesce(p_on_miss, 'skip');
+  v_grace_seconds int := coalesce(p_grace_seconds, 60);
   v_spec pyjobq.cron_spec;
   v_next timestamptz;
 begin
@@ -3259,20 +3262,20 @@ begin
   v_spec := pyjobq._cron_parse(p_cron);
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_payload('p_payload', coalesce(p_payload, '{}'));
-  perform pyjobq._check_time_zone(p_time_zone);
+  perform pyjobq._check_time_zone(v_time_zone);
   perform pyjobq._check_range('p_priority', coalesce(p_priority, 100), 0, 32767);
   if p_max_attempts is not null then
     perform pyjobq._check_range('p_max_attempts', p_max_attempts, 1, 1000);
   end if;
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
-  if p_on_miss is null or p_on_miss not in ('skip', 'catch_up') then
+  if v_on_miss not in ('skip', 'catch_up') then
     raise exception 'p_on_miss must be skip or catch_up'
       using errcode = '22023',
-            detail = format('p_on_miss was %s.', coalesce(p_on_miss, 'null')),
+            detail = format('p_on_miss was %s.', v_on_miss),
             hint = 'skip: ticks found later than p_grace_seconds enqueue nothing; catch_up: one job for all of them.';
   end if;
-  perform pyjobq._check_range('p_grace_seconds', p_grace_seconds, 1, 86400);
-  v_next := pyjobq._cron_next(v_spec, p_time_zone, v_now);
+  perform pyjobq._check_range('p_grace_seconds', v_grace_seconds, 1, 86400);
+  v_next := pyjobq._cron_next(v_spec, v_time_zone, v_now);
   if v_next is null then
     raise exception 'p_cron matches no date within eight years'
       using errcode = '22023',
@@ -3284,8 +3287,8 @@ begin
     (name, cron, spec, time_zone, job_type, payload, priority, max_attempts, dedupe_key, on_miss,
      grace_seconds, next_fire_at, created_at, updated_at)
   values
-    (p_name, p_cron, v_spec, p_time_zone, p_job_type, coalesce(p_payload, '{}'), coalesce(p_priority, 100),
-     p_max_attempts, p_dedupe_key, p_on_miss, p_grace_seconds, v_next, v_now, v_now)
+    (p_name, p_cron, v_spec, v_time_zone, p_job_type, coalesce(p_payload, '{}'), coalesce(p_priority, 100),
+     p_max_attempts, p_dedupe_key, v_on_miss, v_grace_seconds, v_next, v_now, v_now)
   on conflict on constraint schedule_pkey do update
     set cron = excluded.cron, spec = excluded.spec, time_zone = excluded.time_zone,
         job_type = excluded.job_type, payload = excluded.payload, priority = excluded.priority,

@@ -380,3 +380,28 @@ def test_jobs_and_cancel_through_the_command_line_process(dsn: str, conn: Conn) 
     assert cancelled.stdout.splitlines() == [f"{pending} cancelled", f"{finished} finished"]
     statuses_now = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
     assert statuses_now == {pending: 5, finished: 3}
+
+
+def test_schedules_are_set_listed_paused_resumed_and_deleted(dsn: str, conn: Conn) -> None:
+    made = pyjobq(
+        "schedule", "set", "nightly", "30 2 * * *", "SEARCH", '{"report": 1}',
+        "--time-zone", "Europe/Berlin", "--on-miss", "catch_up", dsn=dsn,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("nightly\tnext ")
+    listed = pyjobq("schedule", "list", dsn=dsn)
+    assert listed.returncode == 0, listed.stderr
+    fields = listed.stdout.strip().split("\t")
+    assert fields[:4] == ["nightly", "30 2 * * *", "Europe/Berlin", "SEARCH"]
+    assert fields[5:] == ["last never", "fired 0", "missed 0"]
+    for verb in ("pause", "resume", "delete"):
+        done = pyjobq("schedule", verb, "nightly", dsn=dsn)
+        assert (done.returncode, done.stdout) == (0, f"nightly\t{verb}d\n"), done.stderr
+    gone = pyjobq("schedule", "pause", "nightly", dsn=dsn)
+    assert gone.returncode == 1
+    assert "no schedule named 'nightly'" in gone.stderr
+    bad = pyjobq("schedule", "set", "x", "61 * * * *", "SEARCH", dsn=dsn)
+    assert bad.returncode == 1
+    assert "minute field" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert one(conn, "select count(*) from pyjobq.job_schedules()") == 0

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -12,7 +15,7 @@ import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
 from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
-from tests.sqlhelp import frozen_dsn
+from tests.sqlhelp import FROZEN, freeze, frozen_dsn
 from tests.workerhelp import prepare, running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -369,3 +372,43 @@ def test_a_job_given_back_at_shutdown_is_never_started(dsn: str, db: Conn) -> No
     assert started == [0]
     assert (metrics.completed, metrics.released, metrics.lease_lost) == (1, 4, 0)
     assert statuses(db) == {3: 1, 1: 11}
+
+
+def test_a_worker_ticks_the_schedules_and_runs_what_they_fire(dsn: str, db: Conn) -> None:
+    """The worker's clock stands a second after a tick that no one has fired: its ticker fires
+    it once, however often it ticks, and the job runs."""
+    start = FROZEN
+    freeze(db, start)
+    JobQueue(db).schedule_set("minutely", "* * * * *", JobType.SEARCH, {"n": 1})
+    worker = Worker(
+        frozen_dsn(dsn, start + timedelta(seconds=61)), {JobType.SEARCH: ok}, schedule_interval=0.1
+    )
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: 1}, "the scheduled job DONE")
+        # Many more ticks at the same instant fire nothing more.
+        wait_for(lambda: r.worker.metrics.round_trips > 40, "more ticks")
+        metrics = r.stop()
+    assert metrics.scheduled == 1
+    assert statuses(db) == {3: 1}
+    (schedule,) = JobQueue(db).schedules()
+    assert (schedule.fired, schedule.last_fire_at) == (1, start + timedelta(seconds=60))
+
+
+def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
+    dsn: str, db: Conn, login_role: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pyjobq.worker")
+    db.execute("revoke execute on function pyjobq.job_schedule_tick() from pyjobq_worker")
+    JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": n} for n in range(5)])
+    worker = Worker(login_role("pyjobq_worker"), {JobType.SEARCH: ok}, schedule_interval=0.1)
+
+    def refused() -> list[str]:
+        return [m for m in caplog.messages if m.startswith("schedules not ticked")]
+
+    with running(worker) as r:
+        wait_for(refused, "the refusal logged")
+        # After it, the worker goes on with its jobs.
+        JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": n} for n in range(5)])
+        wait_for(lambda: statuses(db) == {3: 10}, "every job DONE")
+        r.stop()
+    assert len(refused()) == 1, refused()

@@ -32,7 +32,8 @@ def test_every_option_of_the_command_line_makes_the_same_config() -> None:
     # Every flagged setting away from its default, then through the command line and back.
     config = WorkerConfig(
         concurrency=3, prefetch=7, lease_seconds=45, job_timeout=2.5, poll_interval=0.5,
-        reap_interval=9.0, shutdown_timeout=4.0, listen=False, listen_dsn="host=elsewhere",
+        reap_interval=9.0, schedule_interval=2.0, schedules=False, shutdown_timeout=4.0,
+        listen=False, listen_dsn="host=elsewhere",
         prepared_statements=False, worker_id="w-7", max_lingering_threads=2,
     )  # fmt: skip
     changed = {f.name for f in flagged if getattr(config, f.name) != f.default}

@@ -19,7 +19,9 @@ this package, and :class:`Worker` (``runtime``) wires them together from one
 * the heartbeat (``leases``) renews the lease of every running job well before it ends; a
   lease found lost marks the job so its result is dropped, never completed;
 * the listener (``claiming``) LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
-* the reaper (``leases``) calls ``job_reap`` every ``reap_interval`` seconds, with jitter.
+* the reaper (``leases``) calls ``job_reap`` every ``reap_interval`` seconds, with jitter;
+* the ticker (``schedules``) calls ``job_schedule_tick`` every ``schedule_interval`` seconds,
+  with jitter, unless ``schedules`` is off.
 
 A handler's failure, lost lease or cancel is recorded by ``outcomes``; a stop is carried out
 by ``shutdown``. Every statement goes through one wrapper that counts round trips. No job and

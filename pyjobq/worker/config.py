@@ -63,6 +63,15 @@ class WorkerConfig:
     reap_interval: float = _setting(
         30.0, "seconds between job_reap calls, jittered", low=0.1, flag=("--reap-interval",)
     )
+    schedule_interval: float = _setting(
+        5.0, "seconds between job_schedule_tick calls, jittered", low=0.1,
+        flag=("--schedule-interval",),
+    )  # fmt: skip
+    schedules: bool = _setting(
+        True, "tick the schedules (job_schedule_tick) so periodic jobs fire",
+        flag=("--no-schedules",),
+        off_help="leave the schedules to other workers or to pg_cron",
+    )  # fmt: skip
     shutdown_timeout: float = _setting(
         30.0, "seconds running jobs get to finish on SIGTERM", low=0, flag=("--shutdown-timeout",)
     )

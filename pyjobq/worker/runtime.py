@@ -25,6 +25,7 @@ from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.leases import Heartbeat, Reaper
 from pyjobq.worker.outcomes import Outcomes
 from pyjobq.worker.running import Handler, Runner, is_async, lingering_limit
+from pyjobq.worker.schedules import Ticker
 from pyjobq.worker.shutdown import EXIT_DRAINED, EXIT_UNFINISHED, Drain, with_signals
 from pyjobq.worker.state import WorkerState
 
@@ -182,6 +183,8 @@ class Worker:
             "heartbeat": s.spawn(Heartbeat(s, self._claimer, self._outcomes).run()),
             "reaper": s.spawn(Reaper(s).run()),
         }
+        if config.schedules:
+            tasks["ticker"] = s.spawn(Ticker(s).run())
         if config.listen:
             if config.listen_dsn is not None:
                 conninfo, kwargs = config.listen_dsn, self._own_kwargs

@@ -125,11 +125,13 @@ class JobQueue:
         run_after: datetime | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
+        unique_for: timedelta | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
-        ``dedupe_key``. ``job_type`` is a code or a registered name (see :meth:`type_code`)."""
+        ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
+        window). ``job_type`` is a code or a registered name (see :meth:`type_code`)."""
         code = self._code(job_type)
-        params = (code, jsonb(payload), priority, run_after, dedupe_key, max_attempts)
+        params = (code, jsonb(payload), priority, run_after, dedupe_key, max_attempts, unique_for)
         return self._one(Enqueued, statements.ENQUEUE, params)
 
     def enqueue_many(
@@ -140,14 +142,24 @@ class JobQueue:
         priority: int | None = None,
         run_after: datetime | None = None,
         max_attempts: int | None = None,
+        unique_for: timedelta | None = None,
     ) -> list[Enqueued]:
-        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip.
+        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
+        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it).
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
         keys = optional_list(dedupe_keys)
         code = self._code(job_type)
-        params = (code, jsonb_document(payloads), keys, priority, run_after, max_attempts)
+        params = (
+            code,
+            jsonb_document(payloads),
+            keys,
+            priority,
+            run_after,
+            max_attempts,
+            unique_for,
+        )
         return self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
     def claim(

@@ -13,7 +13,7 @@ from typing import LiteralString
 
 ENQUEUE: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue("
-    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int)"
+    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -21,7 +21,7 @@ ENQUEUE: LiteralString = (
 ENQUEUE_MANY: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
-    " %s::text[], %s::int, %s::timestamptz, %s::int) order by ord"
+    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval) order by ord"
 )
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"

@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 13
+  select 14
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -260,6 +260,11 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- their key.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
+
+-- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
+-- key, by when they ended. Only keyed jobs enter it, when they end.
+create index job_dedupe_ended_idx on pyjobq.job (job_type, dedupe_key, updated_at)
+  where status in (3, 4, 5) and dedupe_key is not null;
 
 -- Every transition rewrites the row (the partial indexes make it non-HOT), so
 -- a queue churns through dead tuples at its own pace, not in proportion to

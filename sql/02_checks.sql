@@ -118,6 +118,33 @@ $$;
 comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
   'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
 
+create function pyjobq._check_unique_for(p_unique_for interval, p_has_key boolean)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_unique_for is null then
+    return;
+  end if;
+  if not isfinite(p_unique_for) or p_unique_for <= interval '0' or p_unique_for > interval '365 days' then
+    raise exception 'p_unique_for must be more than 0 and at most 365 days'
+      using errcode = '22023',
+            detail = format('p_unique_for was %s.', p_unique_for),
+            hint = 'Leave it out to treat only active jobs as duplicates.';
+  end if;
+  if not p_has_key then
+    raise exception 'p_unique_for needs a dedupe key'
+      using errcode = '22023',
+            hint = 'Pass p_dedupe_key (p_dedupe_keys for job_enqueue_many): the window is per type and key.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_unique_for(interval, boolean) is
+  'Raises 22023 unless p_unique_for is null, or more than 0 and at most 365 days with a dedupe key given.';
+
 create function pyjobq._check_seconds(p_name text, p_value double precision, p_above double precision,
                                       p_max double precision)
 returns void

@@ -143,7 +143,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 13
+  select 14
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -272,6 +272,11 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- their key.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
+
+-- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
+-- key, by when they ended. Only keyed jobs enter it, when they end.
+create index job_dedupe_ended_idx on pyjobq.job (job_type, dedupe_key, updated_at)
+  where status in (3, 4, 5) and dedupe_key is not null;
 
 -- Every transition rewrites the row (the partial indexes make it non-HOT), so
 -- a queue churns through dead tuples at its own pace, not in proportion to
@@ -418,6 +423,33 @@ $$;
 
 comment on function pyjobq._check_time(text, timestamptz, timestamptz) is
   'Raises 22023 naming p_name unless p_value is null or a finite time within 100 years of p_now.';
+
+create function pyjobq._check_unique_for(p_unique_for interval, p_has_key boolean)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_unique_for is null then
+    return;
+  end if;
+  if not isfinite(p_unique_for) or p_unique_for <= interval '0' or p_unique_for > interval '365 days' then
+    raise exception 'p_unique_for must be more than 0 and at most 365 days'
+      using errcode = '22023',
+            detail = format('p_unique_for was %s.', p_unique_for),
+            hint = 'Leave it out to treat only active jobs as duplicates.';
+  end if;
+  if not p_has_key then
+    raise exception 'p_unique_for needs a dedupe key'
+      using errcode = '22023',
+            hint = 'Pass p_dedupe_key (p_dedupe_keys for job_enqueue_many): the window is per type and key.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_unique_for(interval, boolean) is
+  'Raises 22023 unless p_unique_for is null, or more than 0 and at most 365 days with a dedupe key given.';
 
 create function pyjobq._check_seconds(p_name text, p_value double precision, p_above double precision,
                                       p_max double precision)
@@ -1093,10 +1125,34 @@ comment on function pyjobq._announce(int, timestamptz, timestamptz) is
   'Notifies channel pyjobq_job on commit that a job of type p_job_type is PENDING: payload the type when '
   'p_run_after <= p_now, else type@run_after in seconds since 1970.';
 
+-- The job of type p_job_type with p_dedupe_key that ended most recently, if it
+-- ended within p_window of p_now: what a p_unique_for enqueue returns.
+create function pyjobq._ended_within(p_job_type int, p_dedupe_key text, p_window interval, p_now timestamptz)
+returns uuid
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select e.job_id
+    from pyjobq.job e
+   where e.job_type = p_job_type
+     and e.dedupe_key = p_dedupe_key
+     and e.status in (3, 4, 5)
+     and e.updated_at >= p_now - p_window
+   order by e.updated_at desc
+   limit 1
+$$;
+
+comment on function pyjobq._ended_within(int, text, interval, timestamptz) is
+  'The job of type p_job_type and key p_dedupe_key that ended last, if it ended within p_window before p_now.';
+
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
 -- its type holds p_dedupe_key, that job (created false). If the holder ends
--- between the insert and the lookup, try again. job_enqueue and the ticks of
--- schedules enqueue through here.
+-- between the insert and the lookup, try again. With p_unique_for, a job with
+-- the key that ended within that window counts as a duplicate too: looked for
+-- before the insert, and again after it, in a statement of its own, because
+-- the active holder may end while the insert waits for it. Then the insert is
+-- undone. job_enqueue and the ticks of schedules enqueue through here.
 create function pyjobq._enqueue_one(
   p_job_type int,
   p_payload jsonb,
@@ -1104,7 +1160,8 @@ create function pyjobq._enqueue_one(
   p_run_after timestamptz,
   p_dedupe_key text,
   p_max_attempts int,
-  p_now timestamptz
+  p_now timestamptz,
+  p_unique_for interval default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1115,7 +1172,15 @@ declare
   v_seq bigint;
   v_new_id uuid;
   v_id uuid;
+  v_ended uuid;
 begin
+  if p_unique_for is not null then
+    v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
+    if v_id is not null then
+      return query select v_id, false;
+      return;
+    end if;
+  end if;
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
@@ -1124,6 +1189,14 @@ begin
       (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now)
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
+    if v_id is not null and p_unique_for is not null then
+      v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
+      if v_ended is not null then
+        delete from pyjobq.job d where d.job_id = v_id;
+        return query select v_ended, false;
+        return;
+      end if;
+    end if;
     if v_id is not null then
       perform pyjobq._pending_from(p_run_after, p_now, true);
       perform pyjobq._announce(p_job_type, p_run_after, p_now);
@@ -1141,9 +1214,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
-  'p_dedupe_key (created false); voids claim fronts and announces as every enqueue does.';
+  'p_dedupe_key, or with p_unique_for one that ended within that window (created false); voids claim fronts '
+  'and announces as every enqueue does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,
@@ -1151,7 +1225,8 @@ create function pyjobq.job_enqueue(
   p_priority int default null,
   p_run_after timestamptz default null,
   p_dedupe_key text default null,
-  p_max_attempts int default null
+  p_max_attempts int default null,
+  p_unique_for interval default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1175,18 +1250,21 @@ begin
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
+  perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
 
   return query
     select e.job_id, e.created
-      from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now) e;
+      from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
+                               p_unique_for) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
-  'false instead. '
+  'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
+  'ended (DONE, DEAD or CANCELLED) within that window. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -1196,7 +1274,8 @@ create function pyjobq.job_enqueue_many(
   p_dedupe_keys text[] default null,
   p_priority int default null,
   p_run_after timestamptz default null,
-  p_max_attempts int default null
+  p_max_attempts int default null,
+  p_unique_for interval default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -1248,6 +1327,20 @@ begin
       raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
         using errcode = '22023';
     end if;
+  end if;
+
+  perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+
+  -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
+  if p_unique_for is not null then
+    return query
+      select u.i::int, e.job_id, e.created
+        from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
+       cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
+                                              v_max_attempts, v_now,
+                                              case when u.dedupe_key is not null then p_unique_for end) e
+       order by u.i;
+    return;
   end if;
 
   perform pyjobq._pending_from(v_run_after, v_now, true);
@@ -1312,8 +1405,8 @@ begin
     if job_id is null then
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
-        from pyjobq.job_enqueue(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                v_row.dedupe_key, v_max_attempts) e;
+        from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
+                                 v_row.dedupe_key, v_max_attempts, v_now) e;
     end if;
     return next;
   end loop;
@@ -1321,9 +1414,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
-  'p_dedupe_keys, when given, pairs a key (or null) with each payload. Returns one row per payload in input '
+  'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
+  'with a key as job_enqueue applies it. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';
 
@@ -3516,8 +3610,8 @@ begin
     pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),

@@ -405,3 +405,12 @@ def test_schedules_are_set_listed_paused_resumed_and_deleted(dsn: str, conn: Con
     assert "minute field" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert one(conn, "select count(*) from pyjobq.job_schedules()") == 0
+
+
+def test_enqueue_takes_a_uniqueness_window(dsn: str, conn: Conn) -> None:
+    first = pyjobq("enqueue", "SEARCH", "--dedupe-key", "k", "--unique-for", "1h", dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    job_id = first.stdout.split("\t")[0]
+    conn.execute("select pyjobq.job_cancel(array[%s::uuid])", (job_id,))
+    again = pyjobq("enqueue", "SEARCH", "--dedupe-key", "k", "--unique-for", "1h", dsn=dsn)
+    assert again.stdout == f"{job_id}\texisting\n", again.stderr

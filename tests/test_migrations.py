@@ -30,7 +30,7 @@ from pyjobq.migrate import (
     shipped_migrations,
     yoyo_url,
 )
-from tests.sqlhelp import FROZEN, freeze
+from tests.sqlhelp import FROZEN, freeze, one
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
 
@@ -393,13 +393,19 @@ def test_the_upgrade_to_keys_per_job_type_keeps_every_key_where_it_was(
     with get_backend(yoyo_url(target)) as backend, backend.lock():
         backend.apply_migrations(backend.to_apply(migrations[:2]))
     with psycopg.connect(target, autocommit=True) as conn:
-        q = JobQueue(conn)
-        search = q.enqueue(1, dedupe_key="k-search").job_id
-        outbox = q.enqueue(2, dedupe_key="k-outbox").job_id
-        # Schema 2's claim, as its clients call it.
+        # Schema 2's enqueue and claim, as its clients call them.
+        def old_enqueue(job_type: int, key: str) -> Any:
+            return one(
+                conn,
+                "select job_id from pyjobq.job_enqueue(%s, p_dedupe_key => %s)",
+                (job_type, key),
+            )
+
+        search = old_enqueue(1, "k-search")
+        outbox = old_enqueue(2, "k-outbox")
         (claimed,) = conn.execute("select job_id from pyjobq.job_claim('w', 1, null, '{1}')")
         assert claimed == (search,)  # claimed first: RUNNING across the upgrade
-        assert q.enqueue(2, dedupe_key="k-search").job_id == search  # schema 2: the leak
+        assert old_enqueue(2, "k-search") == search  # schema 2: the leak
     migrate(target)
     with psycopg.connect(target, autocommit=True) as conn:
         q = JobQueue(conn)

@@ -55,6 +55,9 @@ def migrate(dsn: str | None) -> None:
 @click.option("--delay", help="not before this long from now, e.g. 30s, 5m")
 @click.option("--dedupe-key", help="at most one active job per key (single job only)")
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="[default: 3]")
+@click.option(
+    "--unique-for", help="a job with the key that ended within this long counts too, e.g. 1h"
+)
 def enqueue(
     dsn: str | None,
     job_type: str,
@@ -64,6 +67,7 @@ def enqueue(
     delay: str | None,
     dedupe_key: str | None,
     max_attempts: int | None,
+    unique_for: str | None,
 ) -> None:
     """Add a job of JOB_TYPE (code or name) with a JSON object PAYLOAD.
 
@@ -77,13 +81,14 @@ def enqueue(
         run_after = datetime.now().astimezone() + parse_duration(delay)
     elif run_after is not None and run_after.tzinfo is None:
         run_after = run_after.astimezone()
+    window = None if unique_for is None else parse_duration(unique_for)
     if payload == "-":
         payloads, keys = read_json_lines(sys.stdin)
         if dedupe_key is not None:
             raise click.UsageError("--dedupe-key applies to a single job; put keys in the lines")
         with queue(dsn) as q:
             code = resolve_type(q, job_type)
-            rows = q.enqueue_many(code, payloads, keys, priority, run_after, max_attempts)
+            rows = q.enqueue_many(code, payloads, keys, priority, run_after, max_attempts, window)
         for row in rows:
             click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
         click.echo(f"{sum(r.created for r in rows)} of {len(rows)} jobs created", err=True)
@@ -91,7 +96,7 @@ def enqueue(
     body = parse_json_object(payload, "PAYLOAD")
     with queue(dsn) as q:
         code = resolve_type(q, job_type)
-        row = q.enqueue(code, body, priority, run_after, dedupe_key, max_attempts)
+        row = q.enqueue(code, body, priority, run_after, dedupe_key, max_attempts, window)
     click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
 
 

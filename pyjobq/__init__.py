@@ -34,6 +34,7 @@ from pyjobq.rows import (
     Renewal,
     Settings,
     TypeGrant,
+    TypeLimit,
     TypePolicy,
     Watched,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "ServerTooOld",
     "Settings",
     "TypeGrant",
+    "TypeLimit",
     "TypePolicy",
     "Watched",
     "migrate",

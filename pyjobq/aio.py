@@ -1,26 +1,25 @@
 """``AsyncJobQueue``: the typed asyncio binding of the pyjobq SQL functions.
 
-This is the source of both bindings: ``scripts/async-to-sync`` writes the synchronous
-:class:`pyjobq.queue.JobQueue` from it, and a test checks that the committed file is what it
-writes.
+This is the source of both bindings: ``scripts/async_to_sync.py`` writes the synchronous
+:class:`pyjobq.queue.JobQueue` from it (and from ``aio_admin`` and ``aio_calls``, its bases), and
+a test checks that the committed files are what it writes.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, LiteralString, TypeVar
+from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.pq import Format
-from psycopg.rows import AsyncRowFactory, class_row, scalar_row, tuple_row
-from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
-from psycopg_pool import AsyncConnectionPool
+from psycopg.rows import class_row, tuple_row
+from psycopg.types.json import Jsonb
 
 from pyjobq import statements
+from pyjobq.aio_admin import AsyncQueueAdmin
+from pyjobq.aio_calls import own_cursor
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
 from pyjobq.rows import (
@@ -31,44 +30,16 @@ from pyjobq.rows import (
     CountRow,
     Enqueued,
     FailOutcome,
-    Fired,
     JobInfo,
     JobSummary,
-    JobTypeInfo,
     ReapedJob,
-    RegisteredType,
     Release,
     Renewal,
-    Schedule,
-    Settings,
-    TypeGrant,
-    TypePolicy,
     Watched,
 )
 
-T = TypeVar("T")
 
-_JSONB_OID = psycopg.adapters.types["jsonb"].oid
-
-
-def _cursor(conn: psycopg.AsyncConnection[Any], rows: AsyncRowFactory[T]) -> psycopg.AsyncCursor[T]:
-    """A cursor of the binding's own on ``conn``: server-side parameters and psycopg's JSON
-    loaders, whatever cursor class and loaders the application gave the connection (Django's
-    binds parameters in the client and loads jsonb as text)."""
-    cur = psycopg.AsyncCursor(conn, row_factory=rows)
-    # Registered only on a connection whose loaders differ: registering copies the cursor's
-    # loader table, and this runs for every claim and completion of a worker.
-    loaders = cur.adapters
-    if (
-        loaders.get_loader(_JSONB_OID, Format.TEXT) is not JsonbLoader
-        or loaders.get_loader(_JSONB_OID, Format.BINARY) is not JsonbBinaryLoader
-    ):
-        loaders.register_loader("jsonb", JsonbLoader)
-        loaders.register_loader("jsonb", JsonbBinaryLoader)
-    return cur
-
-
-class AsyncJobQueue:
+class AsyncJobQueue(AsyncQueueAdmin):
     """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
     Given a :class:`psycopg.AsyncConnection`, every call runs on it inside whatever
@@ -80,47 +51,6 @@ class AsyncJobQueue:
     :mod:`pyjobq.errors`.
     """
 
-    def __init__(self, source: psycopg.AsyncConnection[Any] | AsyncConnectionPool) -> None:
-        self._source = source
-        # Job type codes by name, as job_type_code answered: a registered type keeps its code.
-        self._codes: dict[str, int] = {}
-
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if isinstance(self._source, AsyncConnectionPool):
-            async with self._source.connection() as conn:
-                yield conn
-        else:
-            yield self._source
-
-    async def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
-        # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and
-        # enqueue_many returns one per job.
-        async with (
-            translated(),
-            self._connection() as conn,
-            _cursor(conn, class_row(row)) as cur,
-        ):
-            await cur.execute(query, params, binary=True)
-            return await cur.fetchall()
-
-    async def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
-        rows = await self._rows(row, query, params)
-        return rows[0]
-
-    async def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
-        async with (
-            translated(),
-            self._connection() as conn,
-            _cursor(conn, scalar_row) as cur,
-        ):
-            await cur.execute(query, params)
-            return await cur.fetchall()
-
-    async def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
-        values = await self._column(query, params)
-        return values[0]
-
     async def enqueue(
         self,
         job_type: int | str,
@@ -130,12 +60,23 @@ class AsyncJobQueue:
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
         ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
-        window). ``job_type`` is a code or a registered name (see :meth:`type_code`)."""
+        window). ``job_type`` is a code or a registered name (see :meth:`type_code`);
+        ``concurrency_key`` counts the job against its type's per-key limit."""
         code = await self._code(job_type)
-        params = (code, jsonb(payload), priority, run_after, dedupe_key, max_attempts, unique_for)
+        params = (
+            code,
+            jsonb(payload),
+            priority,
+            run_after,
+            dedupe_key,
+            max_attempts,
+            unique_for,
+            concurrency_key,
+        )
         return await self._one(Enqueued, statements.ENQUEUE, params)
 
     async def enqueue_many(
@@ -147,9 +88,11 @@ class AsyncJobQueue:
         run_after: datetime | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
-        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it).
+        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
+        ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload).
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
@@ -163,6 +106,7 @@ class AsyncJobQueue:
             run_after,
             max_attempts,
             unique_for,
+            optional_list(concurrency_keys),
         )
         return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
@@ -201,7 +145,7 @@ class AsyncJobQueue:
         async with (
             translated(),
             self._connection() as conn,
-            _cursor(conn, tuple_row) as cur,
+            own_cursor(conn, tuple_row) as cur,
         ):
             await cur.execute(statements.CLAIM_WITH_NEXT_DUE, params, binary=True)
             rows = await cur.fetchall()
@@ -395,7 +339,7 @@ class AsyncJobQueue:
     ) -> JobInfo | None:
         await conn.execute("listen pyjobq_done")
         with translated():
-            async with _cursor(conn, class_row(Watched)) as cur:
+            async with own_cursor(conn, class_row(Watched)) as cur:
                 await cur.execute(statements.WATCH, ([job_id],))
                 (watched,) = await cur.fetchall()
             if watched.status is None:
@@ -408,7 +352,7 @@ class AsyncJobQueue:
                         break
             if not ended:
                 return None
-            async with _cursor(conn, class_row(JobInfo)) as cur:
+            async with own_cursor(conn, class_row(JobInfo)) as cur:
                 await cur.execute(statements.GET, (job_id,))
                 return await cur.fetchone()
 
@@ -435,146 +379,3 @@ class AsyncJobQueue:
         """
         deleted: int = await self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
-
-    async def type_register(self, job_type: int, name: str) -> RegisteredType:
-        """``job_type_register``: register an application job type code (1..32767) and its name."""
-        return await self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
-
-    async def type_grant(self, job_type: int | str, role: str, privilege: str) -> bool:
-        """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
-        the jobs of ``job_type``; from a type's first grant of a privilege, only the roles
-        granted it hold it. True when newly granted."""
-        code = await self._code(job_type)
-        granted: bool = await self._scalar(statements.TYPE_GRANT, (code, role, privilege))
-        return granted
-
-    async def type_revoke(self, job_type: int | str, role: str, privilege: str) -> bool:
-        """``job_type_revoke``: take ``privilege`` on ``job_type`` back from ``role``; with no
-        grant of it left, the type is open to the group roles again. True when one was removed."""
-        code = await self._code(job_type)
-        revoked: bool = await self._scalar(statements.TYPE_REVOKE, (code, role, privilege))
-        return revoked
-
-    async def type_grants(self) -> list[TypeGrant]:
-        """``job_type_grants``: every per-type grant."""
-        return await self._rows(TypeGrant, statements.TYPE_GRANTS, ())
-
-    async def types(self) -> list[JobTypeInfo]:
-        """``job_types``: the registered job type codes and names."""
-        return await self._rows(JobTypeInfo, statements.TYPES, ())
-
-    async def type_set_policy(
-        self,
-        job_type: int | str,
-        max_attempts: int | None = None,
-        backoff_base_seconds: float | None = None,
-        backoff_cap_seconds: float | None = None,
-        backoff_jitter: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> None:
-        """``job_type_set_policy``: the type's retry policy, each ``None`` the default (3 tries,
-        2 s doubling to an hour, 25% jitter, a deadline of an hour from the claim). Admins only."""
-        params = (
-            await self._code(job_type),
-            max_attempts,
-            backoff_base_seconds,
-            backoff_cap_seconds,
-            backoff_jitter,
-            timeout_seconds,
-        )
-        await self._scalar(statements.TYPE_SET_POLICY, params)
-
-    async def type_policies(self) -> list[TypePolicy]:
-        """``job_type_policies``: every type's retry policy, defaults filled in."""
-        return await self._rows(TypePolicy, statements.TYPE_POLICIES, ())
-
-    async def type_code(self, name: str) -> int:
-        """``job_type_code``: the code of the job type registered as ``name`` (or the one name
-        equal to it ignoring case); :class:`~pyjobq.errors.InvalidArgument` when none is."""
-        code: int = await self._scalar(statements.TYPE_CODE, (name,))
-        return code
-
-    async def _code(self, job_type: int | str | None) -> int | None:
-        """A job type given by code or by name, as its code. A name is asked of the database once
-        per queue object: a registered type keeps its code."""
-        if not isinstance(job_type, str):
-            return job_type
-        code = self._codes.get(job_type)
-        if code is None:
-            code = self._codes[job_type] = await self.type_code(job_type)
-        return code
-
-    async def settings(self) -> Settings:
-        """``job_settings``: the install's settings."""
-        return await self._one(Settings, statements.SETTINGS, ())
-
-    async def settings_set(self, require_lease_token: bool | None = None) -> Settings:
-        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
-        return await self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
-
-    async def schedule_set(
-        self,
-        name: str,
-        cron: str,
-        job_type: int | str,
-        payload: Payload | None = None,
-        time_zone: str | None = None,
-        priority: int | None = None,
-        max_attempts: int | None = None,
-        dedupe_key: str | None = None,
-        on_miss: str | None = None,
-        grace_seconds: int | None = None,
-    ) -> datetime:
-        """``job_schedule_set``: create or replace the periodic job ``name``: at each tick of
-        ``cron`` (five fields or an @alias) in ``time_zone`` (default UTC), a job as
-        :meth:`enqueue` takes it. Ticks found more than ``grace_seconds`` (60) late are skipped
-        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Returns the next tick.
-        Admins only."""
-        params = (
-            name,
-            cron,
-            await self._code(job_type),
-            jsonb(payload),
-            time_zone,
-            priority,
-            max_attempts,
-            dedupe_key,
-            on_miss,
-            grace_seconds,
-        )
-        next_fire_at: datetime = await self._scalar(statements.SCHEDULE_SET, params)
-        return next_fire_at
-
-    async def schedule_delete(self, name: str) -> bool:
-        """``job_schedule_delete``: delete a schedule (its jobs stay); False if there was none."""
-        found: bool = await self._scalar(statements.SCHEDULE_DELETE, (name,))
-        return found
-
-    async def schedule_pause(self, name: str) -> bool:
-        """``job_schedule_pause``: stop a schedule firing; False if there is none."""
-        found: bool = await self._scalar(statements.SCHEDULE_PAUSE, (name,))
-        return found
-
-    async def schedule_resume(self, name: str) -> bool:
-        """``job_schedule_resume``: let a paused schedule fire again from its first tick after now
-        (ticks while paused are not fired); False if there is none."""
-        found: bool = await self._scalar(statements.SCHEDULE_RESUME, (name,))
-        return found
-
-    async def schedules(self) -> list[Schedule]:
-        """``job_schedules``: every schedule, its next tick and what it fired."""
-        return await self._rows(Schedule, statements.SCHEDULES, ())
-
-    async def schedule_tick(self) -> list[Fired]:
-        """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
-        many call it at once; one :class:`Fired` per job enqueued."""
-        return await self._rows(Fired, statements.SCHEDULE_TICK, ())
-
-    async def _type_codes(self, job_types: Sequence[int | str] | None) -> list[int | None] | None:
-        """Job types given by code or by name, as codes (``None``: every type)."""
-        return None if job_types is None else [await self._code(t) for t in job_types]
-
-    async def schema_version(self) -> int:
-        """``schema_version``: the version of the pyjobq schema in this database."""
-        version: int = await self._scalar(statements.SCHEMA_VERSION, ())
-        return version

@@ -1,24 +1,23 @@
-# Generated from pyjobq/aio.py by scripts/async_to_sync.py: edit that file, then run this script.
+# Generated from pyjobq/aio.py by scripts/async_to_sync.py: edit that file instead.
 """``JobQueue``: the typed synchronous binding of the pyjobq SQL functions."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, LiteralString, TypeVar
+from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.pq import Format
-from psycopg.rows import RowFactory, class_row, scalar_row, tuple_row
-from psycopg.types.json import Jsonb, JsonbBinaryLoader, JsonbLoader
-from psycopg_pool import ConnectionPool
+from psycopg.rows import class_row, tuple_row
+from psycopg.types.json import Jsonb
 
 from pyjobq import statements
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
+from pyjobq.queue_admin import QueueAdmin
+from pyjobq.queue_calls import own_cursor
 from pyjobq.rows import (
     Cancellation,
     ClaimBatch,
@@ -27,44 +26,16 @@ from pyjobq.rows import (
     CountRow,
     Enqueued,
     FailOutcome,
-    Fired,
     JobInfo,
     JobSummary,
-    JobTypeInfo,
     ReapedJob,
-    RegisteredType,
     Release,
     Renewal,
-    Schedule,
-    Settings,
-    TypeGrant,
-    TypePolicy,
     Watched,
 )
 
-T = TypeVar("T")
 
-_JSONB_OID = psycopg.adapters.types["jsonb"].oid
-
-
-def _cursor(conn: psycopg.Connection[Any], rows: RowFactory[T]) -> psycopg.Cursor[T]:
-    """A cursor of the binding's own on ``conn``: server-side parameters and psycopg's JSON
-    loaders, whatever cursor class and loaders the application gave the connection (Django's
-    binds parameters in the client and loads jsonb as text)."""
-    cur = psycopg.Cursor(conn, row_factory=rows)
-    # Registered only on a connection whose loaders differ: registering copies the cursor's
-    # loader table, and this runs for every claim and completion of a worker.
-    loaders = cur.adapters
-    if (
-        loaders.get_loader(_JSONB_OID, Format.TEXT) is not JsonbLoader
-        or loaders.get_loader(_JSONB_OID, Format.BINARY) is not JsonbBinaryLoader
-    ):
-        loaders.register_loader("jsonb", JsonbLoader)
-        loaders.register_loader("jsonb", JsonbBinaryLoader)
-    return cur
-
-
-class JobQueue:
+class JobQueue(QueueAdmin):
     """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
     Given a :class:`psycopg.Connection`, every call runs on it inside whatever
@@ -76,47 +47,6 @@ class JobQueue:
     :mod:`pyjobq.errors`.
     """
 
-    def __init__(self, source: psycopg.Connection[Any] | ConnectionPool) -> None:
-        self._source = source
-        # Job type codes by name, as job_type_code answered: a registered type keeps its code.
-        self._codes: dict[str, int] = {}
-
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        if isinstance(self._source, ConnectionPool):
-            with self._source.connection() as conn:
-                yield conn
-        else:
-            yield self._source
-
-    def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
-        # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and
-        # enqueue_many returns one per job.
-        with (
-            translated(),
-            self._connection() as conn,
-            _cursor(conn, class_row(row)) as cur,
-        ):
-            cur.execute(query, params, binary=True)
-            return cur.fetchall()
-
-    def _one(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> T:
-        rows = self._rows(row, query, params)
-        return rows[0]
-
-    def _column(self, query: LiteralString, params: Sequence[Any]) -> list[Any]:
-        with (
-            translated(),
-            self._connection() as conn,
-            _cursor(conn, scalar_row) as cur,
-        ):
-            cur.execute(query, params)
-            return cur.fetchall()
-
-    def _scalar(self, query: LiteralString, params: Sequence[Any]) -> Any:
-        values = self._column(query, params)
-        return values[0]
-
     def enqueue(
         self,
         job_type: int | str,
@@ -126,12 +56,23 @@ class JobQueue:
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
         ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
-        window). ``job_type`` is a code or a registered name (see :meth:`type_code`)."""
+        window). ``job_type`` is a code or a registered name (see :meth:`type_code`);
+        ``concurrency_key`` counts the job against its type's per-key limit."""
         code = self._code(job_type)
-        params = (code, jsonb(payload), priority, run_after, dedupe_key, max_attempts, unique_for)
+        params = (
+            code,
+            jsonb(payload),
+            priority,
+            run_after,
+            dedupe_key,
+            max_attempts,
+            unique_for,
+            concurrency_key,
+        )
         return self._one(Enqueued, statements.ENQUEUE, params)
 
     def enqueue_many(
@@ -143,9 +84,11 @@ class JobQueue:
         run_after: datetime | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
-        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it).
+        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
+        ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload).
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
@@ -159,6 +102,7 @@ class JobQueue:
             run_after,
             max_attempts,
             unique_for,
+            optional_list(concurrency_keys),
         )
         return self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
@@ -197,7 +141,7 @@ class JobQueue:
         with (
             translated(),
             self._connection() as conn,
-            _cursor(conn, tuple_row) as cur,
+            own_cursor(conn, tuple_row) as cur,
         ):
             cur.execute(statements.CLAIM_WITH_NEXT_DUE, params, binary=True)
             rows = cur.fetchall()
@@ -391,7 +335,7 @@ class JobQueue:
     ) -> JobInfo | None:
         conn.execute("listen pyjobq_done")
         with translated():
-            with _cursor(conn, class_row(Watched)) as cur:
+            with own_cursor(conn, class_row(Watched)) as cur:
                 cur.execute(statements.WATCH, ([job_id],))
                 (watched,) = cur.fetchall()
             if watched.status is None:
@@ -404,7 +348,7 @@ class JobQueue:
                         break
             if not ended:
                 return None
-            with _cursor(conn, class_row(JobInfo)) as cur:
+            with own_cursor(conn, class_row(JobInfo)) as cur:
                 cur.execute(statements.GET, (job_id,))
                 return cur.fetchone()
 
@@ -431,146 +375,3 @@ class JobQueue:
         """
         deleted: int = self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
-
-    def type_register(self, job_type: int, name: str) -> RegisteredType:
-        """``job_type_register``: register an application job type code (1..32767) and its name."""
-        return self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
-
-    def type_grant(self, job_type: int | str, role: str, privilege: str) -> bool:
-        """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
-        the jobs of ``job_type``; from a type's first grant of a privilege, only the roles
-        granted it hold it. True when newly granted."""
-        code = self._code(job_type)
-        granted: bool = self._scalar(statements.TYPE_GRANT, (code, role, privilege))
-        return granted
-
-    def type_revoke(self, job_type: int | str, role: str, privilege: str) -> bool:
-        """``job_type_revoke``: take ``privilege`` on ``job_type`` back from ``role``; with no
-        grant of it left, the type is open to the group roles again. True when one was removed."""
-        code = self._code(job_type)
-        revoked: bool = self._scalar(statements.TYPE_REVOKE, (code, role, privilege))
-        return revoked
-
-    def type_grants(self) -> list[TypeGrant]:
-        """``job_type_grants``: every per-type grant."""
-        return self._rows(TypeGrant, statements.TYPE_GRANTS, ())
-
-    def types(self) -> list[JobTypeInfo]:
-        """``job_types``: the registered job type codes and names."""
-        return self._rows(JobTypeInfo, statements.TYPES, ())
-
-    def type_set_policy(
-        self,
-        job_type: int | str,
-        max_attempts: int | None = None,
-        backoff_base_seconds: float | None = None,
-        backoff_cap_seconds: float | None = None,
-        backoff_jitter: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> None:
-        """``job_type_set_policy``: the type's retry policy, each ``None`` the default (3 tries,
-        2 s doubling to an hour, 25% jitter, a deadline of an hour from the claim). Admins only."""
-        params = (
-            self._code(job_type),
-            max_attempts,
-            backoff_base_seconds,
-            backoff_cap_seconds,
-            backoff_jitter,
-            timeout_seconds,
-        )
-        self._scalar(statements.TYPE_SET_POLICY, params)
-
-    def type_policies(self) -> list[TypePolicy]:
-        """``job_type_policies``: every type's retry policy, defaults filled in."""
-        return self._rows(TypePolicy, statements.TYPE_POLICIES, ())
-
-    def type_code(self, name: str) -> int:
-        """``job_type_code``: the code of the job type registered as ``name`` (or the one name
-        equal to it ignoring case); :class:`~pyjobq.errors.InvalidArgument` when none is."""
-        code: int = self._scalar(statements.TYPE_CODE, (name,))
-        return code
-
-    def _code(self, job_type: int | str | None) -> int | None:
-        """A job type given by code or by name, as its code. A name is asked of the database once
-        per queue object: a registered type keeps its code."""
-        if not isinstance(job_type, str):
-            return job_type
-        code = self._codes.get(job_type)
-        if code is None:
-            code = self._codes[job_type] = self.type_code(job_type)
-        return code
-
-    def settings(self) -> Settings:
-        """``job_settings``: the install's settings."""
-        return self._one(Settings, statements.SETTINGS, ())
-
-    def settings_set(self, require_lease_token: bool | None = None) -> Settings:
-        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
-        return self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
-
-    def schedule_set(
-        self,
-        name: str,
-        cron: str,
-        job_type: int | str,
-        payload: Payload | None = None,
-        time_zone: str | None = None,
-        priority: int | None = None,
-        max_attempts: int | None = None,
-        dedupe_key: str | None = None,
-        on_miss: str | None = None,
-        grace_seconds: int | None = None,
-    ) -> datetime:
-        """``job_schedule_set``: create or replace the periodic job ``name``: at each tick of
-        ``cron`` (five fields or an @alias) in ``time_zone`` (default UTC), a job as
-        :meth:`enqueue` takes it. Ticks found more than ``grace_seconds`` (60) late are skipped
-        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Returns the next tick.
-        Admins only."""
-        params = (
-            name,
-            cron,
-            self._code(job_type),
-            jsonb(payload),
-            time_zone,
-            priority,
-            max_attempts,
-            dedupe_key,
-            on_miss,
-            grace_seconds,
-        )
-        next_fire_at: datetime = self._scalar(statements.SCHEDULE_SET, params)
-        return next_fire_at
-
-    def schedule_delete(self, name: str) -> bool:
-        """``job_schedule_delete``: delete a schedule (its jobs stay); False if there was none."""
-        found: bool = self._scalar(statements.SCHEDULE_DELETE, (name,))
-        return found
-
-    def schedule_pause(self, name: str) -> bool:
-        """``job_schedule_pause``: stop a schedule firing; False if there is none."""
-        found: bool = self._scalar(statements.SCHEDULE_PAUSE, (name,))
-        return found
-
-    def schedule_resume(self, name: str) -> bool:
-        """``job_schedule_resume``: let a paused schedule fire again from its first tick after now
-        (ticks while paused are not fired); False if there is none."""
-        found: bool = self._scalar(statements.SCHEDULE_RESUME, (name,))
-        return found
-
-    def schedules(self) -> list[Schedule]:
-        """``job_schedules``: every schedule, its next tick and what it fired."""
-        return self._rows(Schedule, statements.SCHEDULES, ())
-
-    def schedule_tick(self) -> list[Fired]:
-        """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
-        many call it at once; one :class:`Fired` per job enqueued."""
-        return self._rows(Fired, statements.SCHEDULE_TICK, ())
-
-    def _type_codes(self, job_types: Sequence[int | str] | None) -> list[int | None] | None:
-        """Job types given by code or by name, as codes (``None``: every type)."""
-        return None if job_types is None else [self._code(t) for t in job_types]
-
-    def schema_version(self) -> int:
-        """``schema_version``: the version of the pyjobq schema in this database."""
-        version: int = self._scalar(statements.SCHEMA_VERSION, ())
-        return version

@@ -239,6 +239,17 @@ class TypePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeLimit:
+    """A row of ``job_type_limits``: at most ``max_running`` jobs of the type RUNNING at once,
+    and ``key_max_running`` per concurrency key (``None``: no such limit)."""
+
+    job_type: int
+    name: str
+    max_running: int | None
+    key_max_running: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class TypeGrant:
     """A row of ``job_type_grants``: members of ``role_name`` hold ``privilege`` (enqueue,
     work or observe) on the jobs of ``job_type``."""

@@ -13,7 +13,7 @@ from typing import LiteralString
 
 ENQUEUE: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue("
-    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval)"
+    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -21,7 +21,7 @@ ENQUEUE: LiteralString = (
 ENQUEUE_MANY: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
-    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval) order by ord"
+    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[]) order by ord"
 )
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
@@ -96,6 +96,10 @@ TYPE_SET_POLICY: LiteralString = (
 TYPE_POLICIES: LiteralString = (
     "select job_type, name, max_attempts, backoff_base_seconds, backoff_cap_seconds,"
     " backoff_jitter, timeout_seconds from pyjobq.job_type_policies()"
+)
+TYPE_SET_LIMITS: LiteralString = "select pyjobq.job_type_set_limits(%s::int, %s::int, %s::int)"
+TYPE_LIMITS: LiteralString = (
+    "select job_type, name, max_running, key_max_running from pyjobq.job_type_limits()"
 )
 TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
 TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"

@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 14
+  select 15
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -150,6 +150,10 @@ create table pyjobq.job_type (
   backoff_jitter double precision,
   -- Every job has a deadline: a lease never reaches past its claim + this.
   timeout_seconds double precision not null default 3600,
+  -- Concurrency limits (job_type_set_limits); null: none. At most max_running
+  -- jobs of the type RUNNING at once, and key_max_running per concurrency key.
+  max_running int,
+  key_max_running int,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -158,7 +162,8 @@ create table pyjobq.job_type (
     and backoff_base_seconds > 0 and backoff_base_seconds <= 86400
     and backoff_cap_seconds between coalesce(backoff_base_seconds, 2) and 31536000
     and backoff_jitter between 0 and 1
-    and timeout_seconds > 0 and timeout_seconds <= 604800)
+    and timeout_seconds > 0 and timeout_seconds <= 604800),
+  constraint job_type_limits_valid check (max_running between 1 and 100000 and key_max_running between 1 and 100000)
 );
 
 comment on table pyjobq.job_type is
@@ -196,6 +201,7 @@ create table pyjobq.job (
   attempts_refunded smallint not null default 0,
   notify_done boolean not null default false,
   lease_token uuid,
+  concurrency_key varchar(200),
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -217,6 +223,9 @@ comment on column pyjobq.job.attempts is
 comment on column pyjobq.job.lease_token is
   'A random uuid drawn at each claim and returned by job_claim alone: the secret part of the fencing token, '
   'which no other function shows and no error discloses.';
+comment on column pyjobq.job.concurrency_key is
+  'The key (a customer, a tenant, an account) whose RUNNING jobs of the type job_claim keeps within the type''s '
+  'key_max_running; null: the job counts against no key.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -260,6 +269,11 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- their key.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
+
+-- Concurrency limits per key: the RUNNING jobs of a type with a concurrency
+-- key, counted by job_claim up to the limit. Only jobs with a key enter it.
+create index job_running_key_idx on pyjobq.job (job_type, concurrency_key)
+  where status = 2 and concurrency_key is not null;
 
 -- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
 -- key, by when they ended. Only keyed jobs enter it, when they end.

@@ -95,7 +95,8 @@ create function pyjobq._enqueue_one(
   p_dedupe_key text,
   p_max_attempts int,
   p_now timestamptz,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_key text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -118,9 +119,11 @@ begin
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
-      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+       concurrency_key)
     values
-      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now)
+      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
+       p_concurrency_key)
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -148,7 +151,7 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
   'p_dedupe_key, or with p_unique_for one that ended within that window (created false); voids claim fronts '
   'and announces as every enqueue does.';
@@ -160,7 +163,8 @@ create function pyjobq.job_enqueue(
   p_run_after timestamptz default null,
   p_dedupe_key text default null,
   p_max_attempts int default null,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_key text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -185,20 +189,22 @@ begin
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
+  perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for) e;
+                               p_unique_for, p_concurrency_key) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
-  'ended (DONE, DEAD or CANCELLED) within that window. '
+  'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
+  'its type''s per-key concurrency limit. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -209,7 +215,8 @@ create function pyjobq.job_enqueue_many(
   p_priority int default null,
   p_run_after timestamptz default null,
   p_max_attempts int default null,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_keys text[] default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -264,6 +271,22 @@ begin
   end if;
 
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+  p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
+  if p_concurrency_keys is not null then
+    if cardinality(p_concurrency_keys) <> v_count then
+      raise exception 'p_concurrency_keys must have as many elements as p_payloads'
+        using errcode = '22023',
+              detail = format('p_payloads has %s, p_concurrency_keys %s.', v_count, cardinality(p_concurrency_keys)),
+              hint = 'Use null elements for jobs without a key.';
+    end if;
+    select min(u.i) into v_bad
+      from unnest(p_concurrency_keys) with ordinality as u(concurrency_key, i)
+     where btrim(u.concurrency_key, E' \t\n\r\f\v') = '' or length(u.concurrency_key) > 200;
+    if v_bad is not null then
+      raise exception 'p_concurrency_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
+        using errcode = '22023';
+    end if;
+  end if;
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -272,7 +295,8 @@ begin
         from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
-                                              case when u.dedupe_key is not null then p_unique_for end) e
+                                              case when u.dedupe_key is not null then p_unique_for end,
+                                              p_concurrency_keys[u.i]) e
        order by u.i;
     return;
   end if;
@@ -290,8 +314,9 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
+             p_concurrency_keys[i.ord]
         from input i
        order by i.ord
     )
@@ -313,8 +338,10 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+         concurrency_key)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
+             p_concurrency_keys[i.ord]
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -340,7 +367,7 @@ begin
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                 v_row.dedupe_key, v_max_attempts, v_now) e;
+                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord]) e;
     end if;
     return next;
   end loop;
@@ -348,9 +375,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[]) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
-  'with a key as job_enqueue applies it. Returns one row per payload in input '
+  'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
+  'each payload. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';

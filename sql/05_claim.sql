@@ -386,12 +386,18 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  return query
-  select * from pyjobq._claim_pick(p_worker_id, pyjobq._work_types(p_job_types), v_limit, v_lease, v_now);
+  v_types := pyjobq._work_types(p_job_types);
+  if exists (select 1 from pyjobq.job_type t
+              where t.job_type = any (v_types) and (t.max_running is not null or t.key_max_running is not null)) then
+    return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
+  else
+    return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+  end if;
 end;
 $$;
 
@@ -399,8 +405,10 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
-  'never waited for. Returns the claimed jobs; attempt and lease_token (random, shown by nothing else) are the '
-  'fencing token to pass to complete/fail/renew/release. An empty result means nothing is due.';
+  'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING than they '
+  'allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
+  'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
+  'is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by
 -- its run_after or a retry's backoff, is announced by nothing at that time, so

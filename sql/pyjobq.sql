@@ -4,11 +4,12 @@
 --   03_job_types.sql
 --   04_enqueue.sql
 --   05_claim.sql
---   06_finish.sql
---   07_inspect.sql
---   08_operations.sql
---   09_schedules.sql
---   10_roles.sql
+--   06_limits.sql
+--   07_finish.sql
+--   08_inspect.sql
+--   09_operations.sql
+--   10_schedules.sql
+--   11_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -143,7 +144,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 14
+  select 15
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -162,6 +163,10 @@ create table pyjobq.job_type (
   backoff_jitter double precision,
   -- Every job has a deadline: a lease never reaches past its claim + this.
   timeout_seconds double precision not null default 3600,
+  -- Concurrency limits (job_type_set_limits); null: none. At most max_running
+  -- jobs of the type RUNNING at once, and key_max_running per concurrency key.
+  max_running int,
+  key_max_running int,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -170,7 +175,8 @@ create table pyjobq.job_type (
     and backoff_base_seconds > 0 and backoff_base_seconds <= 86400
     and backoff_cap_seconds between coalesce(backoff_base_seconds, 2) and 31536000
     and backoff_jitter between 0 and 1
-    and timeout_seconds > 0 and timeout_seconds <= 604800)
+    and timeout_seconds > 0 and timeout_seconds <= 604800),
+  constraint job_type_limits_valid check (max_running between 1 and 100000 and key_max_running between 1 and 100000)
 );
 
 comment on table pyjobq.job_type is
@@ -208,6 +214,7 @@ create table pyjobq.job (
   attempts_refunded smallint not null default 0,
   notify_done boolean not null default false,
   lease_token uuid,
+  concurrency_key varchar(200),
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -229,6 +236,9 @@ comment on column pyjobq.job.attempts is
 comment on column pyjobq.job.lease_token is
   'A random uuid drawn at each claim and returned by job_claim alone: the secret part of the fencing token, '
   'which no other function shows and no error discloses.';
+comment on column pyjobq.job.concurrency_key is
+  'The key (a customer, a tenant, an account) whose RUNNING jobs of the type job_claim keeps within the type''s '
+  'key_max_running; null: the job counts against no key.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -272,6 +282,11 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- their key.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
   where status in (1, 2) and dedupe_key is not null;
+
+-- Concurrency limits per key: the RUNNING jobs of a type with a concurrency
+-- key, counted by job_claim up to the limit. Only jobs with a key enter it.
+create index job_running_key_idx on pyjobq.job (job_type, concurrency_key)
+  where status = 2 and concurrency_key is not null;
 
 -- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
 -- key, by when they ended. Only keyed jobs enter it, when they end.
@@ -1161,7 +1176,8 @@ create function pyjobq._enqueue_one(
   p_dedupe_key text,
   p_max_attempts int,
   p_now timestamptz,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_key text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1184,9 +1200,11 @@ begin
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
-      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
+      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+       concurrency_key)
     values
-      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now)
+      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
+       p_concurrency_key)
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -1214,7 +1232,7 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
   'p_dedupe_key, or with p_unique_for one that ended within that window (created false); voids claim fronts '
   'and announces as every enqueue does.';
@@ -1226,7 +1244,8 @@ create function pyjobq.job_enqueue(
   p_run_after timestamptz default null,
   p_dedupe_key text default null,
   p_max_attempts int default null,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_key text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1251,20 +1270,22 @@ begin
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
+  perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for) e;
+                               p_unique_for, p_concurrency_key) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
-  'ended (DONE, DEAD or CANCELLED) within that window. '
+  'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
+  'its type''s per-key concurrency limit. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -1275,7 +1296,8 @@ create function pyjobq.job_enqueue_many(
   p_priority int default null,
   p_run_after timestamptz default null,
   p_max_attempts int default null,
-  p_unique_for interval default null
+  p_unique_for interval default null,
+  p_concurrency_keys text[] default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -1330,6 +1352,22 @@ begin
   end if;
 
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+  p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
+  if p_concurrency_keys is not null then
+    if cardinality(p_concurrency_keys) <> v_count then
+      raise exception 'p_concurrency_keys must have as many elements as p_payloads'
+        using errcode = '22023',
+              detail = format('p_payloads has %s, p_concurrency_keys %s.', v_count, cardinality(p_concurrency_keys)),
+              hint = 'Use null elements for jobs without a key.';
+    end if;
+    select min(u.i) into v_bad
+      from unnest(p_concurrency_keys) with ordinality as u(concurrency_key, i)
+     where btrim(u.concurrency_key, E' \t\n\r\f\v') = '' or length(u.concurrency_key) > 200;
+    if v_bad is not null then
+      raise exception 'p_concurrency_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
+        using errcode = '22023';
+    end if;
+  end if;
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -1338,7 +1376,8 @@ begin
         from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
-                                              case when u.dedupe_key is not null then p_unique_for end) e
+                                              case when u.dedupe_key is not null then p_unique_for end,
+                                              p_concurrency_keys[u.i]) e
        order by u.i;
     return;
   end if;
@@ -1356,8 +1395,9 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
+             p_concurrency_keys[i.ord]
         from input i
        order by i.ord
     )
@@ -1379,8 +1419,10 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+         concurrency_key)
+      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
+             p_concurrency_keys[i.ord]
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -1406,7 +1448,7 @@ begin
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                 v_row.dedupe_key, v_max_attempts, v_now) e;
+                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord]) e;
     end if;
     return next;
   end loop;
@@ -1414,10 +1456,11 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[]) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
-  'with a key as job_enqueue applies it. Returns one row per payload in input '
+  'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
+  'each payload. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';
 
@@ -1809,12 +1852,18 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1);
   v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  return query
-  select * from pyjobq._claim_pick(p_worker_id, pyjobq._work_types(p_job_types), v_limit, v_lease, v_now);
+  v_types := pyjobq._work_types(p_job_types);
+  if exists (select 1 from pyjobq.job_type t
+              where t.job_type = any (v_types) and (t.max_running is not null or t.key_max_running is not null)) then
+    return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
+  else
+    return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+  end if;
 end;
 $$;
 
@@ -1822,8 +1871,10 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
-  'never waited for. Returns the claimed jobs; attempt and lease_token (random, shown by nothing else) are the '
-  'fencing token to pass to complete/fail/renew/release. An empty result means nothing is due.';
+  'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING than they '
+  'allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
+  'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
+  'is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by
 -- its run_after or a retry's backoff, is announced by nothing at that time, so
@@ -1880,6 +1931,204 @@ comment on function pyjobq.job_next_due(int[]) is
   'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
   'caller may work), or null when none is scheduled: when an idle worker should claim again. Jobs due now '
   'are not counted.';
+
+-- Concurrency limits ----------------------------------------------------------
+--
+-- An admin gives a job type a limit on its RUNNING jobs, in all and per
+-- concurrency key (a customer, a tenant, an account: job_enqueue's
+-- p_concurrency_key); job_claim keeps them through _claim_limited.
+
+create function pyjobq.job_type_set_limits(
+  p_job_type int,
+  p_max_running int default null,
+  p_key_max_running int default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  if p_max_running is not null then
+    perform pyjobq._check_range('p_max_running', p_max_running, 1, 100000);
+  end if;
+  if p_key_max_running is not null then
+    perform pyjobq._check_range('p_key_max_running', p_key_max_running, 1, 100000);
+  end if;
+  update pyjobq.job_type t
+     set max_running = p_max_running,
+         key_max_running = p_key_max_running
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_limits(int, int, int) is
+  'Sets job type p_job_type''s concurrency limits: at most p_max_running (1..100000) of its jobs RUNNING at '
+  'once, and at most p_key_max_running (1..100000) per concurrency key; null removes a limit. job_claim keeps '
+  'them exactly, across all workers; jobs already RUNNING beyond a lowered limit run on. Admins only.';
+
+create function pyjobq.job_type_limits()
+returns table (job_type int, name text, max_running int, key_max_running int)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select t.job_type::int, t.name::text, t.max_running, t.key_max_running
+    from pyjobq.job_type t
+   where t.max_running is not null or t.key_max_running is not null
+   order by t.job_type
+$$;
+
+comment on function pyjobq.job_type_limits() is
+  'The job types with a concurrency limit, and their limits (null: none).';
+
+-- Concurrency limits. A claim that may take jobs of a type with a limit
+-- (job_type_set_limits) walks the due jobs in claim order and takes a job only
+-- while its type, and its concurrency key, have room. Room is counted under a
+-- transaction-level advisory lock, so that no two claims count the same room:
+-- for the type, taken for every limited type up front in type order (a claim
+-- waits for another's claim of the type to commit, and never in a cycle); for
+-- a key, tried as the walk reaches it, and a key another claim holds has no
+-- room for this one (it takes the key's jobs next time). Every way out of
+-- RUNNING only frees room, so a count read under the lock can only be high,
+-- and the limits hold under any interleaving. Locks are in the two-integer
+-- space: (1887005297, type) for a type, (-type, hashtext(key)) for a key.
+-- Claims of types without limits never come here.
+create function pyjobq._claim_limited(
+  p_worker_id text,
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz,
+  lease_token uuid
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  c_visits constant int := 10000;  -- due jobs a claim looks at, at most
+  v_type record;
+  v_room jsonb := '{}';            -- room left, by "type" and "type/key", once counted
+  v_key_limit jsonb := '{}';       -- key_max_running, by "type"
+  v_c record;
+  v_key text;
+  v_row record;
+  v_claimed int := 0;
+begin
+  for v_type in
+    select t.job_type, t.max_running, t.key_max_running
+      from pyjobq.job_type t
+     where t.job_type = any (p_types)
+     order by t.job_type
+  loop
+    if v_type.max_running is not null then
+      perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+      -- A statement of its own: its snapshot follows the lock.
+      v_room := v_room || jsonb_build_object(v_type.job_type::text, v_type.max_running - (
+        select count(*)
+          from (select 1
+                  from pyjobq.job r
+                 where r.lease_until is not null  -- RUNNING: job_running_has_lease
+                   and r.job_type = v_type.job_type
+                 limit v_type.max_running) as r));
+    end if;
+    if v_type.key_max_running is not null then
+      v_key_limit := v_key_limit || jsonb_build_object(v_type.job_type::text, v_type.key_max_running);
+    end if;
+  end loop;
+
+  for v_c in
+    select c.job_id, c.job_type, c.concurrency_key
+      from pyjobq.job c
+     where c.status = 1
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+     order by c.priority, c.run_after, c.seq
+     limit c_visits
+  loop
+    continue when (v_room ->> v_c.job_type::text)::int <= 0;
+    v_key := null;
+    if v_c.concurrency_key is not null and v_key_limit ? v_c.job_type::text then
+      v_key := v_c.job_type || '/' || v_c.concurrency_key;
+      if not v_room ? v_key then
+        if pg_try_advisory_xact_lock(-v_c.job_type, hashtext(v_c.concurrency_key)) then
+          v_room := v_room || jsonb_build_object(v_key, (v_key_limit ->> v_c.job_type::text)::int - (
+            select count(*)
+              from (select 1
+                      from pyjobq.job r
+                     where r.status = 2
+                       and r.concurrency_key is not null
+                       and r.job_type = v_c.job_type
+                       and r.concurrency_key = v_c.concurrency_key
+                     limit (v_key_limit ->> v_c.job_type::text)::int) as r));
+        else
+          v_room := v_room || jsonb_build_object(v_key, 0);
+        end if;
+      end if;
+      continue when (v_room ->> v_key)::int <= 0;
+    end if;
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_token = gen_random_uuid(),
+           lease_until = p_now + make_interval(secs => least(p_lease, t.timeout_seconds)),
+           run_started_at = p_now,
+           updated_at = p_now
+      from pyjobq.job_type t
+     where j.job_id = (select l.job_id from pyjobq.job l where l.job_id = v_c.job_id and l.status = 1
+                          for update skip locked)
+       and t.job_type = j.job_type
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
+              j.run_after, j.lease_until, j.created_at, j.lease_token
+      into v_row;
+    continue when not found;  -- another claimer has it
+    if v_room ? v_c.job_type::text then
+      v_room := jsonb_set(v_room, array[v_c.job_type::text], to_jsonb((v_room ->> v_c.job_type::text)::int - 1));
+    end if;
+    if v_key is not null then
+      v_room := jsonb_set(v_room, array[v_key], to_jsonb((v_room ->> v_key)::int - 1));
+    end if;
+    job_id := v_row.job_id;
+    job_type := v_row.job_type;
+    priority := v_row.priority;
+    payload := v_row.payload;
+    attempt := v_row.attempts;
+    max_attempts := v_row.max_attempts;
+    dedupe_key := v_row.dedupe_key;
+    run_after := v_row.run_after;
+    lease_until := v_row.lease_until;
+    created_at := v_row.created_at;
+    lease_token := v_row.lease_token;
+    return next;
+    v_claimed := v_claimed + 1;
+    exit when v_claimed >= p_limit;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
+  'job_claim for job types with concurrency limits: takes up to p_limit due PENDING jobs in claim order while '
+  'their type and concurrency key have room, counted under advisory locks; looks at 10000 due jobs at most.';
 
 -- Finish ----------------------------------------------------------------------
 
@@ -3606,12 +3855,12 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.schema_version(),
-    pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.job_type_limits(),
+    pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[])
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
@@ -3646,6 +3895,7 @@ begin
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_settings(),
     pyjobq.job_settings_set(boolean),
+    pyjobq.job_type_set_limits(int, int, int),
     pyjobq.job_reap(int),
     pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
     pyjobq.job_schedule_delete(text),
@@ -3664,7 +3914,7 @@ comment on function pyjobq.grant_roles() is
   'next due, complete, fail, '
   'renew, release, reap, schedule tick), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, '
   'watch, reap, redrive, prune, '
-  'register types, per-type grants, settings, schedules) '
+  'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

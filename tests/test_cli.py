@@ -414,3 +414,17 @@ def test_enqueue_takes_a_uniqueness_window(dsn: str, conn: Conn) -> None:
     conn.execute("select pyjobq.job_cancel(array[%s::uuid])", (job_id,))
     again = pyjobq("enqueue", "SEARCH", "--dedupe-key", "k", "--unique-for", "1h", dsn=dsn)
     assert again.stdout == f"{job_id}\texisting\n", again.stderr
+
+
+def test_limits_are_set_and_listed(dsn: str, conn: Conn) -> None:
+    made = pyjobq(
+        "limits", "set", "SEARCH", "--max-running", "4", "--key-max-running", "1", dsn=dsn
+    )
+    assert made.returncode == 0, made.stderr
+    listed = pyjobq("limits", dsn=dsn)
+    assert listed.stdout == "SEARCH\tmax running 4\tper key 1\n", listed.stderr
+    keyed = pyjobq("enqueue", "SEARCH", "--concurrency-key", "tenant-7", dsn=dsn)
+    assert keyed.returncode == 0, keyed.stderr
+    assert one(conn, "select concurrency_key from pyjobq.job") == "tenant-7"
+    assert pyjobq("limits", "set", "SEARCH", dsn=dsn).returncode == 0
+    assert pyjobq("limits", dsn=dsn).stdout == ""

@@ -58,6 +58,7 @@ def migrate(dsn: str | None) -> None:
 @click.option(
     "--unique-for", help="a job with the key that ended within this long counts too, e.g. 1h"
 )
+@click.option("--concurrency-key", help="counts against the type's per-key limit (single job)")
 def enqueue(
     dsn: str | None,
     job_type: str,
@@ -68,6 +69,7 @@ def enqueue(
     dedupe_key: str | None,
     max_attempts: int | None,
     unique_for: str | None,
+    concurrency_key: str | None,
 ) -> None:
     """Add a job of JOB_TYPE (code or name) with a JSON object PAYLOAD.
 
@@ -96,7 +98,9 @@ def enqueue(
     body = parse_json_object(payload, "PAYLOAD")
     with queue(dsn) as q:
         code = resolve_type(q, job_type)
-        row = q.enqueue(code, body, priority, run_after, dedupe_key, max_attempts, window)
+        row = q.enqueue(
+            code, body, priority, run_after, dedupe_key, max_attempts, window, concurrency_key
+        )
     click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
 
 

@@ -35,12 +35,12 @@ begin
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.schema_version(),
-    pyjobq.clock_now()
+    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.job_type_limits(),
+    pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[])
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
@@ -75,6 +75,7 @@ begin
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_settings(),
     pyjobq.job_settings_set(boolean),
+    pyjobq.job_type_set_limits(int, int, int),
     pyjobq.job_reap(int),
     pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
     pyjobq.job_schedule_delete(text),
@@ -93,7 +94,7 @@ comment on function pyjobq.grant_roles() is
   'next due, complete, fail, '
   'renew, release, reap, schedule tick), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, '
   'watch, reap, redrive, prune, '
-  'register types, per-type grants, settings, schedules) '
+  'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
 

@@ -1,0 +1,167 @@
+"""``AsyncQueueAdmin``: the asyncio binding of the pyjobq functions that set a queue up and
+administer it: job types, per-type grants, policies and limits, settings, schedules.
+
+The base of :class:`pyjobq.aio.AsyncJobQueue`; ``scripts/async_to_sync.py`` writes the
+synchronous ``pyjobq/queue_admin.py`` from it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pyjobq import statements
+from pyjobq.aio_calls import AsyncCalls
+from pyjobq.params import Payload, jsonb
+from pyjobq.rows import (
+    Fired,
+    JobTypeInfo,
+    RegisteredType,
+    Schedule,
+    Settings,
+    TypeGrant,
+    TypeLimit,
+    TypePolicy,
+)
+
+
+class AsyncQueueAdmin(AsyncCalls):
+    """Job types, grants, policies, limits, settings and schedules; see AsyncJobQueue."""
+
+    async def type_register(self, job_type: int, name: str) -> RegisteredType:
+        """``job_type_register``: register an application job type code (1..32767) and its name."""
+        return await self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
+
+    async def type_grant(self, job_type: int | str, role: str, privilege: str) -> bool:
+        """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
+        the jobs of ``job_type``; from a type's first grant of a privilege, only the roles
+        granted it hold it. True when newly granted."""
+        code = await self._code(job_type)
+        granted: bool = await self._scalar(statements.TYPE_GRANT, (code, role, privilege))
+        return granted
+
+    async def type_revoke(self, job_type: int | str, role: str, privilege: str) -> bool:
+        """``job_type_revoke``: take ``privilege`` on ``job_type`` back from ``role``; with no
+        grant of it left, the type is open to the group roles again. True when one was removed."""
+        code = await self._code(job_type)
+        revoked: bool = await self._scalar(statements.TYPE_REVOKE, (code, role, privilege))
+        return revoked
+
+    async def type_grants(self) -> list[TypeGrant]:
+        """``job_type_grants``: every per-type grant."""
+        return await self._rows(TypeGrant, statements.TYPE_GRANTS, ())
+
+    async def types(self) -> list[JobTypeInfo]:
+        """``job_types``: the registered job type codes and names."""
+        return await self._rows(JobTypeInfo, statements.TYPES, ())
+
+    async def type_set_policy(
+        self,
+        job_type: int | str,
+        max_attempts: int | None = None,
+        backoff_base_seconds: float | None = None,
+        backoff_cap_seconds: float | None = None,
+        backoff_jitter: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        """``job_type_set_policy``: the type's retry policy, each ``None`` the default (3 tries,
+        2 s doubling to an hour, 25% jitter, a deadline of an hour from the claim). Admins only."""
+        params = (
+            await self._code(job_type),
+            max_attempts,
+            backoff_base_seconds,
+            backoff_cap_seconds,
+            backoff_jitter,
+            timeout_seconds,
+        )
+        await self._scalar(statements.TYPE_SET_POLICY, params)
+
+    async def type_set_limits(
+        self,
+        job_type: int | str,
+        max_running: int | None = None,
+        key_max_running: int | None = None,
+    ) -> None:
+        """``job_type_set_limits``: at most ``max_running`` jobs of the type RUNNING at once, and
+        ``key_max_running`` per concurrency key, kept exactly by every claim; ``None`` removes a
+        limit. Admins only."""
+        code = await self._code(job_type)
+        await self._scalar(statements.TYPE_SET_LIMITS, (code, max_running, key_max_running))
+
+    async def type_limits(self) -> list[TypeLimit]:
+        """``job_type_limits``: the types with a concurrency limit, and their limits."""
+        return await self._rows(TypeLimit, statements.TYPE_LIMITS, ())
+
+    async def type_policies(self) -> list[TypePolicy]:
+        """``job_type_policies``: every type's retry policy, defaults filled in."""
+        return await self._rows(TypePolicy, statements.TYPE_POLICIES, ())
+
+    async def settings(self) -> Settings:
+        """``job_settings``: the install's settings."""
+        return await self._one(Settings, statements.SETTINGS, ())
+
+    async def settings_set(self, require_lease_token: bool | None = None) -> Settings:
+        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
+        return await self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+
+    async def schedule_set(
+        self,
+        name: str,
+        cron: str,
+        job_type: int | str,
+        payload: Payload | None = None,
+        time_zone: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        on_miss: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> datetime:
+        """``job_schedule_set``: create or replace the periodic job ``name``: at each tick of
+        ``cron`` (five fields or an @alias) in ``time_zone`` (default UTC), a job as
+        :meth:`enqueue` takes it. Ticks found more than ``grace_seconds`` (60) late are skipped
+        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Returns the next tick.
+        Admins only."""
+        params = (
+            name,
+            cron,
+            await self._code(job_type),
+            jsonb(payload),
+            time_zone,
+            priority,
+            max_attempts,
+            dedupe_key,
+            on_miss,
+            grace_seconds,
+        )
+        next_fire_at: datetime = await self._scalar(statements.SCHEDULE_SET, params)
+        return next_fire_at
+
+    async def schedule_delete(self, name: str) -> bool:
+        """``job_schedule_delete``: delete a schedule (its jobs stay); False if there was none."""
+        found: bool = await self._scalar(statements.SCHEDULE_DELETE, (name,))
+        return found
+
+    async def schedule_pause(self, name: str) -> bool:
+        """``job_schedule_pause``: stop a schedule firing; False if there is none."""
+        found: bool = await self._scalar(statements.SCHEDULE_PAUSE, (name,))
+        return found
+
+    async def schedule_resume(self, name: str) -> bool:
+        """``job_schedule_resume``: let a paused schedule fire again from its first tick after now
+        (ticks while paused are not fired); False if there is none."""
+        found: bool = await self._scalar(statements.SCHEDULE_RESUME, (name,))
+        return found
+
+    async def schedules(self) -> list[Schedule]:
+        """``job_schedules``: every schedule, its next tick and what it fired."""
+        return await self._rows(Schedule, statements.SCHEDULES, ())
+
+    async def schedule_tick(self) -> list[Fired]:
+        """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
+        many call it at once; one :class:`Fired` per job enqueued."""
+        return await self._rows(Fired, statements.SCHEDULE_TICK, ())
+
+    async def schema_version(self) -> int:
+        """``schema_version``: the version of the pyjobq schema in this database."""
+        version: int = await self._scalar(statements.SCHEMA_VERSION, ())
+        return version

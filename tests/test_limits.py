@@ -1,0 +1,182 @@
+"""Concurrency limits: job_claim keeps a type's RUNNING jobs within its limits, in all and per
+concurrency key, exactly, across sessions that claim, finish, fail, release and die."""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.sqlhelp import one, raises_sqlstate, run_threads, table_snapshot
+
+Conn = psycopg.Connection[Any]
+
+
+def set_limits(conn: Conn, job_type: int, total: int | None, per_key: int | None) -> None:
+    conn.execute("select pyjobq.job_type_set_limits(%s, %s, %s)", (job_type, total, per_key))
+
+
+def enqueue_keyed(conn: Conn, keys: list[str | None], job_type: int = 1) -> list[Any]:
+    rows = conn.execute(
+        "select job_id from pyjobq.job_enqueue_many(%s, array_fill('{}'::jsonb, array[%s]),"
+        " p_concurrency_keys => %s) order by ord",
+        (job_type, len(keys), keys),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def claim(conn: Conn, limit: int, worker: str = "w1") -> list[tuple[Any, int]]:
+    return [
+        (job_id, attempt)
+        for job_id, attempt in conn.execute(
+            "select job_id, attempt from pyjobq.job_claim(%s, %s)", (worker, limit)
+        ).fetchall()
+    ]
+
+
+def complete(conn: Conn, job: tuple[Any, int], worker: str = "w1") -> None:
+    conn.execute("select pyjobq.job_complete(%s, %s, %s)", (job[0], worker, job[1]))
+
+
+def test_a_type_limit_caps_its_running_jobs(conn: Conn) -> None:
+    set_limits(conn, 1, 2, None)
+    enqueue_keyed(conn, [None] * 5)
+    other = enqueue_keyed(conn, [None] * 3, job_type=2)
+    got = claim(conn, 10)
+    # Type 2 has no limit: all three come with type 1's two.
+    assert len(got) == 5
+    assert {j for j, _ in got} >= set(other)
+    assert claim(conn, 10) == []
+    complete(conn, next(j for j in got if j[0] not in other))
+    assert len(claim(conn, 10)) == 1
+
+
+def test_a_key_limit_caps_each_key_and_a_key_with_room_comes_first_as_it_frees(conn: Conn) -> None:
+    set_limits(conn, 1, None, 1)
+    a1, a2, _ = enqueue_keyed(conn, ["a", "a", "a"])
+    b = enqueue_keyed(conn, ["b"] * 50)
+    plain = enqueue_keyed(conn, [None])
+    first = claim(conn, 10)
+    # One per key, in claim order; a job without a key counts against no key.
+    assert [j for j, _ in first] == [a1, b[0], plain[0]]
+    assert claim(conn, 1) == []
+    complete(conn, first[0])
+    # a's next job is claimed as soon as a has room, ahead of b's backlog.
+    assert [j for j, _ in claim(conn, 1)] == [a2]
+    assert one(conn, "select count(*) from pyjobq.job where status = 1") == 1 + 49
+
+
+def test_limits_are_set_checked_and_removed_by_admins_only(
+    conn: Conn, login_role: Callable[..., str]
+) -> None:
+    for args in ((1, 0, None), (1, None, 0), (1, 100001, None), (99, 1, None)):
+        with raises_sqlstate("22023"):
+            conn.execute("select pyjobq.job_type_set_limits(%s, %s, %s)", args)
+    set_limits(conn, 1, 3, 2)
+    assert conn.execute("select * from pyjobq.job_type_limits()").fetchall() == [
+        (1, "SEARCH", 3, 2)
+    ]
+    for group in ("pyjobq_producer", "pyjobq_worker", "pyjobq_observer"):
+        with psycopg.connect(login_role(group), autocommit=True) as other:
+            with raises_sqlstate("42501"):
+                other.execute("select pyjobq.job_type_set_limits(1, null, null)")
+            assert other.execute("select * from pyjobq.job_type_limits()").fetchall() == [
+                (1, "SEARCH", 3, 2)
+            ]
+    set_limits(conn, 1, None, None)
+    assert conn.execute("select * from pyjobq.job_type_limits()").fetchall() == []
+
+
+def test_a_blank_or_long_concurrency_key_is_refused(conn: Conn) -> None:
+    before = table_snapshot(conn)
+    for key in (" ", "k" * 201):
+        with raises_sqlstate("22023"):
+            conn.execute("select pyjobq.job_enqueue(1, p_concurrency_key => %s)", (key,))
+        with raises_sqlstate("22023"):
+            enqueue_keyed(conn, [key])
+    with raises_sqlstate("22023"):
+        conn.execute(
+            "select pyjobq.job_enqueue_many(1, array['{}']::jsonb[], p_concurrency_keys => %s)",
+            (["a", "b"],),
+        )
+    assert table_snapshot(conn) == before
+
+
+@pytest.mark.slow
+def test_limits_hold_under_claimers_that_finish_fail_release_and_die(
+    conn: Conn, make_conn: Callable[[], Conn]
+) -> None:
+    """Eight sessions claim in batches and complete, fail, release or die (terminated with
+    their claim uncommitted), while a ninth reads every committed state it can: RUNNING per
+    type never above 5, per key never above 2, on type 1 (both limits) and type 2 (per key)."""
+    set_limits(conn, 1, 5, 2)
+    set_limits(conn, 2, None, 2)
+    keys = [f"k{i}" for i in range(6)]
+    for job_type in (1, 2):
+        enqueue_keyed(conn, [random.choice(keys) for _ in range(600)], job_type)
+    stop = threading.Event()
+    seen: list[tuple[int, int]] = []  # the highest count per (type) and per (type, key) seen
+
+    def claimer(n: int) -> None:
+        rng = random.Random(n)
+        c = make_conn()
+        worker = f"w{n}"
+        while not stop.is_set():
+            c.execute("begin")
+            jobs = claim(c, rng.randint(1, 4), worker)
+            if not jobs:
+                c.execute("commit")
+                # Nothing with room now: others hold the rest, or it is all done.
+                if one(c, "select count(*) from pyjobq.job where status in (1, 2)") == 0:
+                    return
+                continue
+            fate = rng.random()
+            if fate < 0.05:
+                # Dies holding its claims uncommitted: the claims roll back.
+                with make_conn() as killer:
+                    killer.execute("select pg_terminate_backend(%s)", (c.info.backend_pid,))
+                c = make_conn()
+                continue
+            c.execute("commit")
+            for job in jobs:
+                if fate < 0.15:
+                    c.execute("select pyjobq.job_release(%s, %s, %s)", (job[0], worker, job[1]))
+                elif fate < 0.3:
+                    c.execute(
+                        "select pyjobq.job_fail(%s, %s, %s, 'x', 0)", (job[0], worker, job[1])
+                    )
+                else:
+                    complete(c, job, worker)
+
+    def monitor() -> None:
+        c = make_conn()
+        while not stop.is_set():
+            per_type = c.execute(
+                "select coalesce(max(n), 0) from (select count(*) n from pyjobq.job"
+                " where status = 2 and job_type = 1) s"
+            ).fetchone()
+            per_key = c.execute(
+                "select coalesce(max(n), 0) from (select count(*) n from pyjobq.job"
+                " where status = 2 group by job_type, concurrency_key) s"
+            ).fetchone()
+            assert per_type is not None
+            assert per_key is not None
+            seen.append((per_type[0], per_key[0]))
+
+    watcher = threading.Thread(target=monitor)
+    watcher.start()
+    try:
+        run_threads([functools.partial(claimer, n) for n in range(8)])
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen, "the monitor read nothing"
+    assert max(t for t, _ in seen) <= 5
+    assert max(k for _, k in seen) <= 2
+    # Limited, the drain still took every job to its end.
+    assert one(conn, "select count(*) from pyjobq.job where status in (1, 2)") == 0

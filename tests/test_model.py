@@ -1,7 +1,8 @@
 """Model-based test: random sequences of queue calls checked step by step against a Python model.
 
-Hypothesis drives enqueue (with and without dedupe keys), claim, complete, complete_many, fail,
-renew, release, reap, redrive, prune and clock moves against one database. ``Model`` predicts
+Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), claim, complete,
+complete_many, fail, renew, release, reap, redrive, prune, a schedule's set and tick, and clock
+moves against one database. ``Model`` predicts
 every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
 legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
 and then adopts it. After every step the whole table, ``job_counts()`` and the structural
@@ -98,6 +99,31 @@ class Token:
     attempt: int
 
 
+@dataclass
+class Schedule:
+    """Schedule "s": a tick every ``every`` minutes (UTC), its grace and policy for late ticks,
+    and its next tick."""
+
+    every: int
+    job_type: int
+    catch_up: bool
+    grace: timedelta
+    next_fire: datetime
+    fired: int = 0
+    misses: int = 0
+
+    def cron(self) -> str:
+        return "0 * * * *" if self.every == 60 else f"*/{self.every} * * * *"
+
+    def tick_after(self, at: datetime) -> datetime:
+        """The first tick strictly after ``at``: the next whole multiple of ``every`` minutes."""
+        minutes = int((at - EPOCH).total_seconds() // 60)
+        return EPOCH + timedelta(minutes=(minutes // self.every + 1) * self.every)
+
+
+EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
 def backoff(attempt: int) -> timedelta:
     """The upper bound of ``pyjobq.retry_backoff(attempt)``; the jitter takes off up to 25%."""
     return timedelta(seconds=min(3600.0, 2.0 * 2.0 ** (max(attempt, 1) - 1)))
@@ -138,6 +164,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.claimed_at: dict[UUID, datetime] = {}
         # Every token a claim handed out, held or not any more, in claim order.
         self.tokens: list[Token] = []
+        # The one schedule the machine sets, "s", as the model expects it to be.
+        self.schedule: Schedule | None = None
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -160,6 +188,21 @@ class QueueMachine(RuleBasedStateMachine):
             ):
                 return job.job_id
         return None
+
+    def ended_within(self, job_type: int, key: str | None, window: timedelta | None) -> set[UUID]:
+        """The jobs ``job_enqueue`` may return for ``key`` under ``window``: of the type's ended
+        jobs with the key that ended within it, those that ended last."""
+        if key is None or window is None:
+            return set()
+        ended = [
+            j
+            for j in self.jobs.values()
+            if (j.job_type, j.dedupe_key) == (job_type, key)
+            and j.status in (DONE, DEAD, CANCELLED)
+            and j.updated_at >= self.now - window
+        ]
+        last = max((j.updated_at for j in ended), default=None)
+        return {j.job_id for j in ended if j.updated_at == last}
 
     def db_rows(self) -> dict[UUID, Row]:
         rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
@@ -196,6 +239,7 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize()
     def clean_database(self) -> None:
         self.conn.execute("truncate pyjobq.job")
+        self.conn.execute("delete from pyjobq.schedule")
         # Backoff jitter and the random bits of job ids: the same for a replay of this example.
         self.conn.execute("select setseed(0.5)")
         # The clock goes back to FROZEN: the claim front assumes a clock that does not go back.
@@ -207,6 +251,54 @@ class QueueMachine(RuleBasedStateMachine):
     def advance_clock(self, seconds: int) -> None:
         self.now += timedelta(seconds=seconds)
         freeze(self.conn, self.now)
+        # As workers do, tick the schedules whenever time has moved.
+        self.schedule_tick()
+
+    @rule(
+        every=st.sampled_from([1, 5, 60]),
+        job_type=st.sampled_from(TYPES),
+        catch_up=st.booleans(),
+        grace=st.sampled_from([60, 600, 7200]),
+    )
+    def schedule_set(self, every: int, job_type: int, catch_up: bool, grace: int) -> None:
+        new = Schedule(every, job_type, catch_up, timedelta(seconds=grace), self.now)
+        new.next_fire = new.tick_after(self.now)
+        on_miss = "catch_up" if catch_up else "skip"
+        got = self.q.schedule_set("s", new.cron(), job_type, on_miss=on_miss, grace_seconds=grace)
+        assert got == new.next_fire
+        if self.schedule is not None:  # a replaced schedule keeps its counters
+            new.fired, new.misses = self.schedule.fired, self.schedule.misses
+        self.schedule = new
+
+    @rule()
+    def schedule_tick(self) -> None:
+        """Every due tick once: a tick later than the grace is skipped, or with catch_up stood
+        for by one job, and the ticks within the grace fire."""
+        want: list[tuple[datetime, bool]] = []
+        s = self.schedule
+        if s is not None and s.next_fire <= self.now:
+            if s.next_fire < self.now - s.grace:
+                s.misses += 1
+                if s.catch_up:
+                    want.append((s.next_fire, True))
+                s.next_fire = s.tick_after(self.now - s.grace - timedelta(microseconds=1))
+            while s.next_fire <= self.now:
+                want.append((s.next_fire, False))
+                s.next_fire = s.tick_after(s.next_fire)
+            s.fired += len(want)
+        got = self.q.schedule_tick()
+        assert [(f.name, f.tick, f.created, f.catch_up) for f in got] == [
+            ("s", tick, True, catch_up) for tick, catch_up in want
+        ]
+        for fired in got:
+            assert s is not None
+            self.jobs[fired.job_id] = Row(
+                fired.job_id, s.job_type, PENDING, 100, None, 0, 0, 3, self.now, None, None,
+                self.now,
+            )  # fmt: skip
+        if s is not None:
+            (row,) = self.q.schedules()
+            assert (row.next_fire_at, row.fired, row.misses) == (s.next_fire, s.fired, s.misses)
 
     @rule(
         job_type=st.sampled_from(TYPES),
@@ -214,6 +306,7 @@ class QueueMachine(RuleBasedStateMachine):
         delay=st.sampled_from([None, -10, 0, 30, 600]),
         key=st.sampled_from([None, *KEYS]),
         max_attempts=st.sampled_from([None, 1, 2, 3]),
+        unique_for=st.sampled_from([None, 60, 3600]),
     )
     def enqueue(
         self,
@@ -222,12 +315,23 @@ class QueueMachine(RuleBasedStateMachine):
         delay: int | None,
         key: str | None,
         max_attempts: int | None,
+        unique_for: int | None,
     ) -> None:
         run_after = None if delay is None else self.now + timedelta(seconds=delay)
+        # A window needs a key: drawn for every enqueue, it applies to those with one.
+        window = timedelta(seconds=unique_for) if unique_for and key else None
         holder = self.active_holder(job_type, key)
-        got = self.q.enqueue(job_type, {"n": 1}, priority, run_after, key, max_attempts)
+        ended = self.ended_within(job_type, key, window)
+        got = self.q.enqueue(
+            job_type, {"n": 1}, priority, run_after, key, max_attempts, unique_for=window
+        )
         if holder is not None:
             assert (got.job_id, got.created) == (holder, False)
+            return
+        if ended:
+            # The job that ended last; among ties on a still clock, any of them.
+            assert got.job_id in ended
+            assert not got.created
             return
         assert got.created
         assert got.job_id not in self.jobs

@@ -108,12 +108,13 @@ def test_a_blank_or_long_concurrency_key_is_refused(conn: Conn) -> None:
 
 
 @pytest.mark.slow
-def test_limits_hold_under_claimers_that_finish_fail_release_and_die(
+def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_die(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
-    """Eight sessions claim in batches and complete, fail, release or die (terminated with
-    their claim uncommitted), while a ninth reads every committed state it can: RUNNING per
-    type never above 5, per key never above 2, on type 1 (both limits) and type 2 (per key)."""
+    """Eight sessions claim in batches and complete, fail, release, cancel, abandon (a lease of
+    a second, which a reaper takes back) or die (terminated with their claim uncommitted),
+    while another reads every committed state it can: RUNNING per type never above 5, per key
+    never above 2, on type 1 (both limits) and type 2 (per key)."""
     set_limits(conn, 1, 5, 2)
     set_limits(conn, 2, None, 2)
     keys = [f"k{i}" for i in range(6)]
@@ -127,15 +128,22 @@ def test_limits_hold_under_claimers_that_finish_fail_release_and_die(
         c = make_conn()
         worker = f"w{n}"
         while not stop.is_set():
+            fate = rng.random()
+            lease = 1 if 0.3 <= fate < 0.35 else 300
             c.execute("begin")
-            jobs = claim(c, rng.randint(1, 4), worker)
+            jobs = [
+                (job_id, attempt)
+                for job_id, attempt in c.execute(
+                    "select job_id, attempt from pyjobq.job_claim(%s, %s, %s)",
+                    (worker, rng.randint(1, 4), lease),
+                ).fetchall()
+            ]
             if not jobs:
                 c.execute("commit")
                 # Nothing with room now: others hold the rest, or it is all done.
                 if one(c, "select count(*) from pyjobq.job where status in (1, 2)") == 0:
                     return
                 continue
-            fate = rng.random()
             if fate < 0.05:
                 # Dies holding its claims uncommitted: the claims roll back.
                 with make_conn() as killer:
@@ -143,6 +151,11 @@ def test_limits_hold_under_claimers_that_finish_fail_release_and_die(
                 c = make_conn()
                 continue
             c.execute("commit")
+            if lease == 1:
+                continue  # abandoned: the reaper takes the jobs back
+            if 0.35 <= fate < 0.42:
+                c.execute("select pyjobq.job_cancel(%s)", ([j for j, _ in jobs],))
+                continue
             for job in jobs:
                 if fate < 0.15:
                     c.execute("select pyjobq.job_release(%s, %s, %s)", (job[0], worker, job[1]))
@@ -168,13 +181,20 @@ def test_limits_hold_under_claimers_that_finish_fail_release_and_die(
             assert per_key is not None
             seen.append((per_type[0], per_key[0]))
 
-    watcher = threading.Thread(target=monitor)
-    watcher.start()
+    def reaper() -> None:
+        c = make_conn()
+        while not stop.is_set():
+            c.execute("select count(*) from pyjobq.job_reap()")
+
+    watchers = [threading.Thread(target=monitor), threading.Thread(target=reaper)]
+    for w in watchers:
+        w.start()
     try:
         run_threads([functools.partial(claimer, n) for n in range(8)])
     finally:
         stop.set()
-        watcher.join()
+        for w in watchers:
+            w.join()
     assert seen, "the monitor read nothing"
     assert max(t for t, _ in seen) <= 5
     assert max(k for _, k in seen) <= 2

@@ -412,3 +412,41 @@ def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
         wait_for(lambda: statuses(db) == {3: 10}, "every job DONE")
         r.stop()
     assert len(refused()) == 1, refused()
+
+
+def test_a_worker_claims_again_as_its_jobs_free_their_keys(dsn: str, db: Conn) -> None:
+    """With one RUNNING job per key allowed, a claim comes back short while jobs are due, and no
+    NOTIFY says when a key has room again: the worker's own completions wake its claimer. Its
+    handlers never see two jobs of a key at once, and 60 jobs of 3 keys drain well before the
+    poll interval (an hour here) would have let them."""
+    q = JobQueue(db)
+    q.type_set_limits(JobType.SEARCH, None, 1)
+    keys = [f"tenant-{n % 3}" for n in range(60)]
+    q.enqueue_many(JobType.SEARCH, [{} for _ in keys], concurrency_keys=keys)
+    by_key: dict[str, int] = {}
+    most = 0
+    lock = threading.Lock()
+
+    def handler(job: ClaimedJob) -> None:
+        nonlocal most
+        key = str(db_key(job))
+        with lock:
+            by_key[key] = by_key.get(key, 0) + 1
+            most = max(most, by_key[key])
+        time.sleep(0.001)  # widens each run, so that an overlap would be seen
+        with lock:
+            by_key[key] -= 1
+
+    def db_key(job: ClaimedJob) -> object:
+        with psycopg.connect(dsn) as c:
+            row = c.execute(
+                "select concurrency_key from pyjobq.job where job_id = %s", (job.job_id,)
+            ).fetchone()
+        assert row is not None
+        return row[0]
+
+    worker = Worker(dsn, {JobType.SEARCH: handler}, concurrency=4, poll_interval=3600)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: 60}, "every job DONE")
+        r.stop()
+    assert most == 1

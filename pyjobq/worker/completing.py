@@ -66,6 +66,8 @@ class Completer:
         finally:
             self.state.flushing.difference_update(batch)
             self.state.room.set()
+            if self.state.limited:
+                self.state.notified.set()
 
     async def complete_alone(self, held: Held) -> None:
         try:

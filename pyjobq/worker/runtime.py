@@ -221,7 +221,8 @@ class Worker:
         conninfo, kwargs = self._conninfo()
         async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
             queue = AsyncJobQueue(conn)
-            warning = check_schema_version(await queue.schema_version())
+            version = await queue.schema_version()
+            warning = check_schema_version(version)
             registered = {t.job_type for t in await queue.types()}
             handlers: dict[int, Handler] = {}
             for key, handler in self._given.items():
@@ -232,6 +233,8 @@ class Worker:
                     raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
                 handlers[code] = handler
             policies = await queue.type_policies()
+            # Limits came with schema 15; an older one, still to be migrated, has none.
+            limited = {t.job_type for t in await queue.type_limits()} if version >= 15 else set()
             wanted = set(handlers)
             if self._only is not None:
                 wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}
@@ -252,6 +255,7 @@ class Worker:
         self._timeouts = {
             p.job_type: p.timeout_seconds for p in policies if p.job_type in self.handlers
         }
+        self._state.limited = bool(limited & set(self.handlers))
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):

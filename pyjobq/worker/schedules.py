@@ -8,7 +8,7 @@ import asyncio
 import logging
 import random
 
-from psycopg.errors import InsufficientPrivilege
+from psycopg.errors import InsufficientPrivilege, UndefinedFunction
 
 from pyjobq.worker.state import DATABASE_ERRORS, WorkerState
 
@@ -17,7 +17,8 @@ log = logging.getLogger("pyjobq.worker")
 
 class Ticker:
     """Ticks the schedules until the worker stops; a role not allowed to tick (no EXECUTE on
-    ``job_schedule_tick``) is told once and the ticker stops, the worker goes on."""
+    ``job_schedule_tick``), or a schema older than schedules, is told once and the ticker stops,
+    the worker goes on."""
 
     def __init__(self, state: WorkerState) -> None:
         self.state = state
@@ -28,7 +29,7 @@ class Ticker:
             await asyncio.sleep(s.config.schedule_interval * random.uniform(0.5, 1.5))
             try:
                 fired = await s.call(s.queue.schedule_tick())
-            except InsufficientPrivilege as e:
+            except (InsufficientPrivilege, UndefinedFunction) as e:
                 log.warning("schedules not ticked by this worker: %s", e, extra=s.extra())
                 return
             except DATABASE_ERRORS as e:

@@ -88,6 +88,9 @@ class WorkerState:
         self.flushing: set[Held] = set()
         # A NOTIFY, a reap or a start: jobs may be due.
         self.notified = asyncio.Event()
+        # Some handled type has a concurrency limit (job_type_limits, read at the start): a job
+        # that ends frees room that no NOTIFY announces, so its completion wakes the claimer.
+        self.limited = False
         # When (time.time()) the claimer claims next unless woken: infinity while it claims,
         # so that a job announced meanwhile wakes it whenever it is due.
         self.next_claim_at = math.inf

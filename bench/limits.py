@@ -1,0 +1,107 @@
+"""What concurrency limits cost the drain: jobs/s with limits in force against none.
+
+On one throwaway server, each run enqueues ``--jobs`` no-op jobs of one type, spread over
+``--keys`` concurrency keys, and one in-process worker (``concurrency`` ``--workers``, its
+defaults otherwise) drains them. The shapes, in rotation, ``--repeat`` times each:
+
+- **unlimited**: no limit on the type (the claim takes the path it takes without limits);
+- **type limit that never binds**: ``max_running`` far above what the worker can hold;
+- **key limit 1**: ``key_max_running`` 1 over the keys (the River #1145 shape).
+
+It prints each shape's median jobs/s, its range, and its ratio to the unlimited drain of the
+same round (round by round, so that the machine's drift cancels).
+
+``.venv/bin/python bench/limits.py [--jobs 20000] [--keys 1000] [--workers 8] [--repeat 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from pyjobq import ClaimedJob, JobQueue
+from pyjobq.localpg import LocalPostgres
+from pyjobq.migrate import migrate
+from pyjobq.worker import Worker
+
+JOB_TYPE = 1
+SHAPES: dict[str, tuple[int | None, int | None]] = {
+    "unlimited": (None, None),
+    "type limit that never binds": (100000, None),
+    "key limit 1": (None, 1),
+}
+
+
+def noop(job: ClaimedJob) -> None:
+    return None
+
+
+def drain(
+    dsn: str, jobs: int, keys: int, workers: int, limits: tuple[int | None, int | None]
+) -> float:
+    """Jobs/s of one drain of ``jobs`` jobs under ``limits`` (max_running, key_max_running)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("truncate pyjobq.job")
+        queue = JobQueue(conn)
+        queue.type_set_limits(JOB_TYPE, *limits)
+        for first in range(0, jobs, 10000):
+            count = min(10000, jobs - first)
+            queue.enqueue_many(
+                JOB_TYPE,
+                [{} for _ in range(count)],
+                concurrency_keys=[f"k{(first + i) % keys}" for i in range(count)],
+            )
+        conn.execute("vacuum analyze pyjobq.job")
+        worker = Worker(dsn, {JOB_TYPE: noop}, concurrency=workers, schedules=False)
+        thread = threading.Thread(target=worker.run)
+        started = time.monotonic()
+        thread.start()
+        try:
+            while _unfinished(conn):
+                time.sleep(0.02)
+            elapsed = time.monotonic() - started
+        finally:
+            worker.stop()
+            thread.join(60)
+    return jobs / elapsed
+
+
+def _unfinished(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("select exists (select from pyjobq.job where status in (1, 2))").fetchone()
+    return bool(row and row[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=8, help="the worker's concurrency")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    logging.getLogger("pyjobq").setLevel(logging.ERROR)
+    rates: dict[str, list[float]] = {name: [] for name in SHAPES}
+    with LocalPostgres() as server:
+        dsn = server.dsn()
+        migrate(dsn)
+        for _ in range(args.repeat):
+            for name, limits in SHAPES.items():
+                rates[name].append(drain(dsn, args.jobs, args.keys, args.workers, limits))
+    print(f"drain of {args.jobs} no-op jobs over {args.keys} keys, one worker of {args.workers}")
+    print("| shape | jobs/s (median, range) | / unlimited (median of rounds, range) |")
+    print("|---|---|---|")
+    for name, values in rates.items():
+        ratios = [v / u for v, u in zip(values, rates["unlimited"], strict=True)]
+        print(
+            f"| {name} | {statistics.median(values):,.0f} ({min(values):,.0f}..{max(values):,.0f})"
+            f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) |"
+        )
+
+
+if __name__ == "__main__":
+    main()

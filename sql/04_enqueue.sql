@@ -208,6 +208,40 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
+-- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
+-- null, or one element per payload, each null or 1..200 non-blank characters.
+create function pyjobq._check_keys(p_name text, p_keys text[], p_count int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_bad int;
+begin
+  if p_keys is null then
+    return;
+  end if;
+  if cardinality(p_keys) <> p_count then
+    raise exception '% must have as many elements as p_payloads', p_name
+      using errcode = '22023',
+            detail = format('p_payloads has %s, %s %s.', p_count, p_name, cardinality(p_keys)),
+            hint = 'Use null elements for jobs without a key.';
+  end if;
+  select min(u.i) into v_bad
+    from unnest(p_keys) with ordinality as u(key, i)
+   where btrim(u.key, E' \t\n\r\f\v') = '' or length(u.key) > 200;
+  if v_bad is not null then
+    raise exception '%[%] must be null or a non-blank text of 1 to 200 characters', p_name, v_bad
+      using errcode = '22023';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_keys(text, text[], int) is
+  'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
+  'of 1 to 200 characters.';
+
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -254,39 +288,11 @@ begin
       using errcode = '22023',
             hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
   end if;
-  if p_dedupe_keys is not null then
-    if cardinality(p_dedupe_keys) <> v_count then
-      raise exception 'p_dedupe_keys must have as many elements as p_payloads'
-        using errcode = '22023',
-              detail = format('p_payloads has %s, p_dedupe_keys %s.', v_count, cardinality(p_dedupe_keys)),
-              hint = 'Use null elements for jobs without a key.';
-    end if;
-    select min(u.i) into v_bad
-      from unnest(p_dedupe_keys) with ordinality as u(dedupe_key, i)
-     where btrim(u.dedupe_key, E' \t\n\r\f\v') = '' or length(u.dedupe_key) > 200;
-    if v_bad is not null then
-      raise exception 'p_dedupe_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
-        using errcode = '22023';
-    end if;
-  end if;
+  perform pyjobq._check_keys('p_dedupe_keys', p_dedupe_keys, v_count);
 
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
-  if p_concurrency_keys is not null then
-    if cardinality(p_concurrency_keys) <> v_count then
-      raise exception 'p_concurrency_keys must have as many elements as p_payloads'
-        using errcode = '22023',
-              detail = format('p_payloads has %s, p_concurrency_keys %s.', v_count, cardinality(p_concurrency_keys)),
-              hint = 'Use null elements for jobs without a key.';
-    end if;
-    select min(u.i) into v_bad
-      from unnest(p_concurrency_keys) with ordinality as u(concurrency_key, i)
-     where btrim(u.concurrency_key, E' \t\n\r\f\v') = '' or length(u.concurrency_key) > 200;
-    if v_bad is not null then
-      raise exception 'p_concurrency_keys[%] must be null or a non-blank text of 1 to 200 characters', v_bad
-        using errcode = '22023';
-    end if;
-  end if;
+  perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then

@@ -6,12 +6,16 @@ defaults otherwise) drains them. The shapes, in rotation, ``--repeat`` times eac
 
 - **unlimited**: no limit on the type (the claim takes the path it takes without limits);
 - **type limit that never binds**: ``max_running`` far above what the worker can hold;
-- **key limit 1**: ``key_max_running`` 1 over the keys (the River #1145 shape).
+- **key limit 1**: ``key_max_running`` 1 over the keys (the River #1145 shape);
+- **rate limit**: ``rate_limit`` ``--rate`` claims a second, below what the worker drains.
 
 It prints each shape's median jobs/s, its range, and its ratio to the unlimited drain of the
-same round (round by round, so that the machine's drift cancels).
+same round (round by round, so that the machine's drift cancels); for the rate, the claims per
+second from the first claim to the last against the limit, and the most claims any window of a
+second held (``run_started_at``, which the window counts), which must not pass the limit.
 
-``.venv/bin/python bench/limits.py [--jobs 20000] [--keys 1000] [--workers 8] [--repeat 3]``
+``.venv/bin/python bench/limits.py [--jobs 20000] [--keys 1000] [--workers 8] [--rate 1500]
+[--repeat 3]``
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import statistics
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -31,25 +36,29 @@ from pyjobq.migrate import migrate
 from pyjobq.worker import Worker
 
 JOB_TYPE = 1
-SHAPES: dict[str, tuple[int | None, int | None]] = {
-    "unlimited": (None, None),
-    "type limit that never binds": (100000, None),
-    "key limit 1": (None, 1),
-}
+RATE = "rate limit"
+
+
+def shapes(rate: int) -> dict[str, dict[str, Any]]:
+    """Each shape's name and the limits it sets (``JobQueue.type_set_limits``'s arguments)."""
+    return {
+        "unlimited": {},
+        "type limit that never binds": {"max_running": 100000},
+        "key limit 1": {"key_max_running": 1},
+        RATE: {"rate_limit": rate, "rate_period": timedelta(seconds=1)},
+    }
 
 
 def noop(job: ClaimedJob) -> None:
     return None
 
 
-def drain(
-    dsn: str, jobs: int, keys: int, workers: int, limits: tuple[int | None, int | None]
-) -> float:
-    """Jobs/s of one drain of ``jobs`` jobs under ``limits`` (max_running, key_max_running)."""
+def drain(dsn: str, jobs: int, keys: int, workers: int, limits: dict[str, Any]) -> float:
+    """Jobs/s of one drain of ``jobs`` jobs under ``limits``."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("truncate pyjobq.job")
         queue = JobQueue(conn)
-        queue.type_set_limits(JOB_TYPE, *limits)
+        queue.type_set_limits(JOB_TYPE, **limits)
         for first in range(0, jobs, 10000):
             count = min(10000, jobs - first)
             queue.enqueue_many(
@@ -72,6 +81,20 @@ def drain(
     return jobs / elapsed
 
 
+def claim_rate(dsn: str) -> tuple[float, int]:
+    """The last drain's claims per second, first claim to last, and the most claims that any
+    window of a second, [t, t + 1 s), held."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "select (count(*) - 1) / extract(epoch from max(run_started_at) - min(run_started_at)),"
+            " (select max(n) from (select count(*) over (order by run_started_at range between"
+            " current row and interval '999999 microseconds' following) n from pyjobq.job) w)"
+            " from pyjobq.job"
+        ).fetchone()
+    assert row is not None
+    return float(row[0]), int(row[1])
+
+
 def _unfinished(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute("select exists (select from pyjobq.job where status in (1, 2))").fetchone()
     return bool(row and row[0])
@@ -82,16 +105,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=8, help="the worker's concurrency")
+    parser.add_argument("--rate", type=int, default=1500, help="the rate shape's claims/s")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     logging.getLogger("pyjobq").setLevel(logging.ERROR)
-    rates: dict[str, list[float]] = {name: [] for name in SHAPES}
+    shaped = shapes(args.rate)
+    rates: dict[str, list[float]] = {name: [] for name in shaped}
+    claimed: list[tuple[float, int]] = []
     with LocalPostgres() as server:
         dsn = server.dsn()
         migrate(dsn)
         for _ in range(args.repeat):
-            for name, limits in SHAPES.items():
+            for name, limits in shaped.items():
                 rates[name].append(drain(dsn, args.jobs, args.keys, args.workers, limits))
+                if name == RATE:
+                    claimed.append(claim_rate(dsn))
     print(f"drain of {args.jobs} no-op jobs over {args.keys} keys, one worker of {args.workers}")
     print("| shape | jobs/s (median, range) | / unlimited (median of rounds, range) |")
     print("|---|---|---|")
@@ -101,6 +129,12 @@ def main() -> None:
             f"| {name} | {statistics.median(values):,.0f} ({min(values):,.0f}..{max(values):,.0f})"
             f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) |"
         )
+    per_second = [r / args.rate for r, _ in claimed]
+    print(
+        f"rate limit {args.rate}/s: claims/s / limit {statistics.median(per_second):.3f}"
+        f" ({min(per_second):.3f}..{max(per_second):.3f}); most in any second"
+        f" {max(most for _, most in claimed)}"
+    )
 
 
 if __name__ == "__main__":

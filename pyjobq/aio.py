@@ -160,6 +160,13 @@ class AsyncJobQueue(AsyncQueueAdmin):
         due: datetime | None = await self._scalar(statements.NEXT_DUE, (codes,))
         return due
 
+    async def next_due_in(self, job_types: Sequence[int | str] | None = None) -> float | None:
+        """``job_next_due`` as seconds from the database's clock (``None`` if nothing is to
+        come): how long an idle worker of ``job_types`` may sleep."""
+        codes = await self._type_codes(job_types)
+        due_in: float | None = await self._scalar(statements.NEXT_DUE_IN, (codes,))
+        return due_in
+
     async def complete(
         self,
         job_id: UUID,

@@ -156,6 +156,13 @@ class JobQueue(QueueAdmin):
         due: datetime | None = self._scalar(statements.NEXT_DUE, (codes,))
         return due
 
+    def next_due_in(self, job_types: Sequence[int | str] | None = None) -> float | None:
+        """``job_next_due`` as seconds from the database's clock (``None`` if nothing is to
+        come): how long an idle worker of ``job_types`` may sleep."""
+        codes = self._type_codes(job_types)
+        due_in: float | None = self._scalar(statements.NEXT_DUE_IN, (codes,))
+        return due_in
+
     def complete(
         self,
         job_id: UUID,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pyjobq import statements
 from pyjobq.params import Payload, jsonb
@@ -76,15 +76,31 @@ class QueueAdmin(Calls):
         job_type: int | str,
         max_running: int | None = None,
         key_max_running: int | None = None,
+        rate_limit: int | None = None,
+        rate_period: timedelta | None = None,
+        key_rate_limit: int | None = None,
+        key_rate_period: timedelta | None = None,
     ) -> None:
-        """``job_type_set_limits``: at most ``max_running`` jobs of the type RUNNING at once, and
-        ``key_max_running`` per concurrency key, kept exactly by every claim; ``None`` removes a
-        limit. Admins only."""
+        """``job_type_set_limits``, all of the type's limits at once: at most ``max_running`` jobs
+        of the type RUNNING at once and ``key_max_running`` per concurrency key; at most
+        ``rate_limit`` claims in any ``rate_period`` (default a second) and ``key_rate_limit`` per
+        key in any ``key_rate_period``. Every claim keeps them exactly; ``None`` removes a limit.
+        Admins only."""
         code = self._code(job_type)
-        self._scalar(statements.TYPE_SET_LIMITS, (code, max_running, key_max_running))
+        params = (
+            code,
+            max_running,
+            key_max_running,
+            rate_limit,
+            rate_period,
+            key_rate_limit,
+            key_rate_period,
+        )
+        self._scalar(statements.TYPE_SET_LIMITS, params)
 
     def type_limits(self) -> list[TypeLimit]:
-        """``job_type_limits``: the types with a concurrency limit, and their limits."""
+        """``job_type_limits``: the types with a concurrency or rate limit, their limits, and when
+        each type's rate next lets a claim in."""
         return self._rows(TypeLimit, statements.TYPE_LIMITS, ())
 
     def type_policies(self) -> list[TypePolicy]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Any
 from uuid import UUID
@@ -241,12 +241,19 @@ class TypePolicy:
 @dataclass(frozen=True, slots=True)
 class TypeLimit:
     """A row of ``job_type_limits``: at most ``max_running`` jobs of the type RUNNING at once,
-    and ``key_max_running`` per concurrency key (``None``: no such limit)."""
+    and ``key_max_running`` per concurrency key; at most ``rate_limit`` claims in any
+    ``rate_period``, and ``key_rate_limit`` per key in any ``key_rate_period`` (``None``: no
+    such limit). ``next_claim_at``: when the type's rate next lets a claim in (``None``: now)."""
 
     job_type: int
     name: str
     max_running: int | None
     key_max_running: int | None
+    rate_limit: int | None
+    rate_period: timedelta | None
+    key_rate_limit: int | None
+    key_rate_period: timedelta | None
+    next_claim_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

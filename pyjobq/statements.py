@@ -39,6 +39,9 @@ CLAIM_WITH_NEXT_DUE: LiteralString = (
     " left join lateral pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[]) on true"
 )
 NEXT_DUE: LiteralString = "select pyjobq.job_next_due(%s::int[])"
+NEXT_DUE_IN: LiteralString = (
+    "select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
+)
 COMPLETE: LiteralString = (
     "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb, %s::uuid)"
 )
@@ -97,9 +100,13 @@ TYPE_POLICIES: LiteralString = (
     "select job_type, name, max_attempts, backoff_base_seconds, backoff_cap_seconds,"
     " backoff_jitter, timeout_seconds from pyjobq.job_type_policies()"
 )
-TYPE_SET_LIMITS: LiteralString = "select pyjobq.job_type_set_limits(%s::int, %s::int, %s::int)"
+TYPE_SET_LIMITS: LiteralString = (
+    "select pyjobq.job_type_set_limits(%s::int, %s::int, %s::int, %s::int, %s::interval, %s::int,"
+    " %s::interval)"
+)
 TYPE_LIMITS: LiteralString = (
-    "select job_type, name, max_running, key_max_running from pyjobq.job_type_limits()"
+    "select job_type, name, max_running, key_max_running, rate_limit, rate_period, key_rate_limit,"
+    " key_rate_period, next_claim_at from pyjobq.job_type_limits()"
 )
 TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
 TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"

@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 15
+  select 16
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -154,6 +154,13 @@ create table pyjobq.job_type (
   -- jobs of the type RUNNING at once, and key_max_running per concurrency key.
   max_running int,
   key_max_running int,
+  -- Rate limits (job_type_set_limits); null: none. At most rate_limit claims of
+  -- the type in any rate_period, and key_rate_limit per concurrency key in any
+  -- key_rate_period: job_claim counts them in pyjobq.rate_window.
+  rate_limit int,
+  rate_period interval,
+  key_rate_limit int,
+  key_rate_period interval,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -163,7 +170,12 @@ create table pyjobq.job_type (
     and backoff_cap_seconds between coalesce(backoff_base_seconds, 2) and 31536000
     and backoff_jitter between 0 and 1
     and timeout_seconds > 0 and timeout_seconds <= 604800),
-  constraint job_type_limits_valid check (max_running between 1 and 100000 and key_max_running between 1 and 100000)
+  constraint job_type_limits_valid check (max_running between 1 and 100000 and key_max_running between 1 and 100000),
+  constraint job_type_rates_valid check (
+    (rate_limit is null) = (rate_period is null) and (key_rate_limit is null) = (key_rate_period is null)
+    and rate_limit between 1 and 10000 and key_rate_limit between 1 and 10000
+    and rate_period between interval '1 millisecond' and interval '1 day'
+    and key_rate_period between interval '1 millisecond' and interval '1 day')
 );
 
 comment on table pyjobq.job_type is
@@ -292,6 +304,24 @@ alter table pyjobq.job set (
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0
 );
+
+-- Rate limits: the claims of the last period, per job type (concurrency_key
+-- '') and per concurrency key, each row written only by a claim holding the
+-- type's or the key's advisory lock (see _claim_limited). A claim of k jobs
+-- adds one entry (its time, k); entries older than the period go at the next
+-- write. Times only grow along a row, which is what makes dropping them safe.
+create table pyjobq.rate_window (
+  job_type smallint not null references pyjobq.job_type (job_type),
+  concurrency_key varchar(200) not null,
+  claimed_at timestamptz[] not null,
+  claimed int[] not null,
+  constraint rate_window_pkey primary key (job_type, concurrency_key),
+  constraint rate_window_entries check (cardinality(claimed_at) = cardinality(claimed))
+);
+
+comment on table pyjobq.rate_window is
+  'The claims each rate limit counts: per job type (concurrency_key '''') and per concurrency key, the times '
+  'of the claims within the last period (ascending) and how many jobs each took. Written by job_claim only.';
 
 -- Install-wide settings: one row, changed by job_settings_set only.
 create table pyjobq.setting (

@@ -393,7 +393,9 @@ begin
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   v_types := pyjobq._work_types(p_job_types);
   if exists (select 1 from pyjobq.job_type t
-              where t.job_type = any (v_types) and (t.max_running is not null or t.key_max_running is not null)) then
+              where t.job_type = any (v_types)
+                and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
+                     or t.key_rate_limit is not null)) then
     return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
   else
     return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
@@ -405,8 +407,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
-  'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING than they '
-  'allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
+  'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
+  'claims in a period, than they allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
   'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
@@ -457,11 +459,20 @@ begin
     into v_next
     from priorities p
    where p.priority is not null;
-  return v_next;
+  -- A rate window that is full holds due jobs back until it has room.
+  return least(v_next, (
+    select min(case when w.concurrency_key = ''
+                    then pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, v_now)
+                    else pyjobq._rate_opens(w.claimed_at, w.claimed, t.key_rate_limit, t.key_rate_period, v_now)
+                    end)
+      from pyjobq.job_type t
+      join pyjobq.rate_window w on w.job_type = t.job_type
+     where t.job_type = any (v_types)
+       and (t.rate_limit is not null or t.key_rate_limit is not null)));
 end;
 $$;
 
 comment on function pyjobq.job_next_due(int[]) is
   'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
-  'caller may work), or null when none is scheduled: when an idle worker should claim again. Jobs due now '
-  'are not counted.';
+  'caller may work), or null when none is scheduled, or when a full rate window (job_type_set_limits) next has room if '
+  'sooner: when an idle worker should claim again. Jobs due now are not counted.';

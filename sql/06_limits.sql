@@ -7,7 +7,11 @@
 create function pyjobq.job_type_set_limits(
   p_job_type int,
   p_max_running int default null,
-  p_key_max_running int default null
+  p_key_max_running int default null,
+  p_rate_limit int default null,
+  p_rate_period interval default null,
+  p_key_rate_limit int default null,
+  p_key_rate_period interval default null
 )
 returns void
 language plpgsql
@@ -24,45 +28,177 @@ begin
   if p_key_max_running is not null then
     perform pyjobq._check_range('p_key_max_running', p_key_max_running, 1, 100000);
   end if;
+  p_rate_period := pyjobq._check_rate('p_rate_limit', p_rate_limit, 'p_rate_period', p_rate_period);
+  p_key_rate_period := pyjobq._check_rate('p_key_rate_limit', p_key_rate_limit, 'p_key_rate_period',
+                                          p_key_rate_period);
   update pyjobq.job_type t
      set max_running = p_max_running,
-         key_max_running = p_key_max_running
+         key_max_running = p_key_max_running,
+         rate_limit = p_rate_limit,
+         rate_period = p_rate_period,
+         key_rate_limit = p_key_rate_limit,
+         key_rate_period = p_key_rate_period
    where t.job_type = p_job_type;
+  -- The windows of a rate that is gone count nothing any more.
+  delete from pyjobq.rate_window w
+   where w.job_type = p_job_type
+     and case when w.concurrency_key = '' then p_rate_limit else p_key_rate_limit end is null;
 end;
 $$;
 
-comment on function pyjobq.job_type_set_limits(int, int, int) is
-  'Sets job type p_job_type''s concurrency limits: at most p_max_running (1..100000) of its jobs RUNNING at '
-  'once, and at most p_key_max_running (1..100000) per concurrency key; null removes a limit. job_claim keeps '
-  'them exactly, across all workers; jobs already RUNNING beyond a lowered limit run on. Admins only.';
+comment on function pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval) is
+  'Sets job type p_job_type''s limits, all at once (null removes one): at most p_max_running (1..100000) of its '
+  'jobs RUNNING at once and p_key_max_running (1..100000) per concurrency key; at most p_rate_limit '
+  '(1..10000) claims of its jobs in any p_rate_period (1 millisecond..1 day, default 1 second), and '
+  'p_key_rate_limit per concurrency key in any p_key_rate_period. job_claim keeps them exactly, across all '
+  'workers; jobs already RUNNING beyond a lowered limit run on. Admins only.';
+
+create function pyjobq._check_rate(p_limit_name text, p_limit int, p_period_name text, p_period interval)
+returns interval
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_limit is null then
+    if p_period is not null then
+      raise exception '% needs %', p_period_name, p_limit_name
+        using errcode = '22023',
+              detail = format('%s was %s and %s null.', p_period_name, p_period, p_limit_name),
+              hint = format('Pass %s, the claims allowed in each %s.', p_limit_name, p_period_name);
+    end if;
+    return null;
+  end if;
+  perform pyjobq._check_range(p_limit_name, p_limit, 1, 10000);
+  if p_period is null then
+    return interval '1 second';
+  end if;
+  if not isfinite(p_period) or p_period < interval '1 millisecond' or p_period > interval '1 day' then
+    raise exception '% must be at least 1 millisecond and at most 1 day', p_period_name
+      using errcode = '22023',
+            detail = format('%s was %s.', p_period_name, p_period),
+            hint = 'A rate is so many claims in any window of this length; leave it out for 1 second.';
+  end if;
+  return p_period;
+end;
+$$;
+
+comment on function pyjobq._check_rate(text, int, text, interval) is
+  'Raises 22023 naming the argument unless p_limit is null with no p_period, or 1..10000 with a p_period of '
+  '1 millisecond..1 day; returns the period, 1 second when left out.';
+
+create function pyjobq._rate_used(p_claimed_at timestamptz[], p_claimed int[], p_since timestamptz)
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(sum(u.n), 0)::int from unnest(p_claimed_at, p_claimed) u(at, n) where u.at > p_since
+$$;
+
+comment on function pyjobq._rate_used(timestamptz[], int[], timestamptz) is
+  'The claims of a rate window made after p_since.';
+
+-- When a full window next has room: once enough of its oldest claims, counted
+-- from the oldest, have left it that fewer than p_limit remain.
+create function pyjobq._rate_opens(p_claimed_at timestamptz[], p_claimed int[], p_limit int, p_period interval,
+                                   p_now timestamptz)
+returns timestamptz
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select min(e.at) + p_period
+    from (select u.at, sum(u.n) over (order by u.i) as gone, sum(u.n) over () as used
+            from unnest(p_claimed_at, p_claimed) with ordinality u(at, n, i)
+           where u.at > p_now - p_period) e
+   where e.used >= p_limit
+     and e.used - e.gone < p_limit
+$$;
+
+comment on function pyjobq._rate_opens(timestamptz[], int[], int, interval, timestamptz) is
+  'When a rate window of p_limit claims per p_period, full at p_now, has room for one more claim; null when it '
+  'has room at p_now.';
+
+create function pyjobq._rate_record(p_job_type smallint, p_key text, p_period interval, p_at timestamptz,
+                                    p_count int)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.rate_window w
+     set (claimed_at, claimed) = (
+           select coalesce(array_agg(u.at order by u.i), '{}') || p_at,
+                  coalesce(array_agg(u.n order by u.i), '{}') || p_count
+             from unnest(w.claimed_at, w.claimed) with ordinality u(at, n, i)
+            where u.at > p_at - p_period)
+   where w.job_type = p_job_type
+     and w.concurrency_key = p_key;
+  if not found then
+    insert into pyjobq.rate_window (job_type, concurrency_key, claimed_at, claimed)
+    values (p_job_type, p_key, array[p_at], array[p_count]);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._rate_record(smallint, text, interval, timestamptz, int) is
+  'Adds a claim of p_count jobs at p_at to the rate window of type p_job_type and key p_key ('''': the type''s '
+  'own), dropping the entries older than p_period. The caller holds the window''s advisory lock.';
 
 create function pyjobq.job_type_limits()
-returns table (job_type int, name text, max_running int, key_max_running int)
+returns table (
+  job_type int,
+  name text,
+  max_running int,
+  key_max_running int,
+  rate_limit int,
+  rate_period interval,
+  key_rate_limit int,
+  key_rate_period interval,
+  next_claim_at timestamptz
+)
 language sql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select t.job_type::int, t.name::text, t.max_running, t.key_max_running
+  select t.job_type::int, t.name::text, t.max_running, t.key_max_running, t.rate_limit, t.rate_period,
+         t.key_rate_limit, t.key_rate_period,
+         pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, pyjobq.clock_now())
     from pyjobq.job_type t
-   where t.max_running is not null or t.key_max_running is not null
+    left join pyjobq.rate_window w on w.job_type = t.job_type and w.concurrency_key = ''
+   where t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
+      or t.key_rate_limit is not null
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_limits() is
-  'The job types with a concurrency limit, and their limits (null: none).';
+  'The job types with a concurrency or rate limit, and their limits (null: none); next_claim_at is when the '
+  'type''s rate limit next lets a claim take one of its jobs, null when it does now.';
 
--- Concurrency limits. A claim that may take jobs of a type with a limit
--- (job_type_set_limits) walks the due jobs in claim order and takes a job only
--- while its type, and its concurrency key, have room. Room is counted under a
--- transaction-level advisory lock, so that no two claims count the same room:
--- for the type, taken for every limited type up front in type order (a claim
--- waits for another's claim of the type to commit, and never in a cycle); for
--- a key, tried as the walk reaches it, and a key another claim holds has no
--- room for this one (it takes the key's jobs next time). Every way out of
--- RUNNING only frees room, so a count read under the lock can only be high,
--- and the limits hold under any interleaving. Locks are in the two-integer
--- space: (1887005297, type) for a type, (-type, hashtext(key)) for a key.
+-- Concurrency and rate limits. A claim that may take jobs of a type with a
+-- limit (job_type_set_limits) walks the due jobs in claim order and takes a
+-- job only while its type, and its concurrency key, have room. Room is counted
+-- under a transaction-level advisory lock, so that no two claims count the
+-- same room: for the type, taken for every type with a limit on its whole up
+-- front in type order (a claim waits for another's claim of the type to
+-- commit, and never in a cycle); for a key, tried as the walk reaches it, and
+-- a key another claim holds has no room for this one (it takes the key's jobs
+-- next time). Locks are in the two-integer space: (1887005297, type) for a
+-- type, (-type, hashtext(key)) for a key.
+--
+-- RUNNING jobs are counted: every way out of RUNNING only frees room, so a
+-- count read under the lock can only be high. Claims are counted in a sliding
+-- window (pyjobq.rate_window): at most N claims in any period T, an exact
+-- bound where a fixed window lets 2N through across its edge and a token
+-- bucket lets a full bucket and its refill through within one period. The
+-- claim's time is its clock, or the latest time its type windows hold if
+-- later (a claim that waited for the lock can start before the one it waited
+-- for), so times only grow along each window and entries older than T can
+-- go; a key window holding a later time than that has no room for this claim.
+-- Its jobs start at that time (run_started_at), the time the windows count.
 -- Claims of types without limits never come here.
 create function pyjobq._claim_limited(
   p_worker_id text,
@@ -92,23 +228,42 @@ set jit = off
 as $$
 declare
   c_visits constant int := 10000;  -- due jobs a claim looks at, at most
+  v_at timestamptz := p_now;       -- the claim's time
   v_type record;
   v_room jsonb := '{}';            -- room left, by "type" and "type/key", once counted
-  v_key_limit jsonb := '{}';       -- key_max_running, by "type"
+  v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
+  v_taken jsonb := '{}';           -- jobs taken, by "type" and "type/key", where a rate counts them
+  v_rule jsonb;
+  v_w record;
   v_c record;
   v_key text;
   v_row record;
   v_claimed int := 0;
 begin
   for v_type in
-    select t.job_type, t.max_running, t.key_max_running
+    select t.job_type, t.max_running, t.rate_limit
       from pyjobq.job_type t
      where t.job_type = any (p_types)
+       and (t.max_running is not null or t.rate_limit is not null)
      order by t.job_type
   loop
-    if v_type.max_running is not null then
-      perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+    perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+    if v_type.rate_limit is not null then
       -- A statement of its own: its snapshot follows the lock.
+      v_at := greatest(v_at, (select w.claimed_at[cardinality(w.claimed_at)]
+                                from pyjobq.rate_window w
+                               where w.job_type = v_type.job_type and w.concurrency_key = ''));
+    end if;
+  end loop;
+
+  for v_type in
+    select t.job_type, t.max_running, t.key_max_running, t.rate_limit, t.rate_period, t.key_rate_limit,
+           t.key_rate_period, w.claimed_at, w.claimed
+      from pyjobq.job_type t
+      left join pyjobq.rate_window w on w.job_type = t.job_type and w.concurrency_key = ''
+     where t.job_type = any (p_types)
+  loop
+    if v_type.max_running is not null then
       v_room := v_room || jsonb_build_object(v_type.job_type::text, v_type.max_running - (
         select count(*)
           from (select 1
@@ -117,8 +272,15 @@ begin
                    and r.job_type = v_type.job_type
                  limit v_type.max_running) as r));
     end if;
-    if v_type.key_max_running is not null then
-      v_key_limit := v_key_limit || jsonb_build_object(v_type.job_type::text, v_type.key_max_running);
+    if v_type.rate_limit is not null then
+      v_room := v_room || jsonb_build_object(v_type.job_type::text, least(
+        (v_room ->> v_type.job_type::text)::int,
+        v_type.rate_limit - pyjobq._rate_used(v_type.claimed_at, v_type.claimed, v_at - v_type.rate_period)));
+      v_taken := v_taken || jsonb_build_object(v_type.job_type::text, 0);
+    end if;
+    if v_type.key_max_running is not null or v_type.key_rate_limit is not null then
+      v_keyed := v_keyed || jsonb_build_object(v_type.job_type::text, jsonb_build_object(
+        'max', v_type.key_max_running, 'rate', v_type.key_rate_limit, 'period', v_type.key_rate_period));
     end if;
   end loop;
 
@@ -133,21 +295,35 @@ begin
   loop
     continue when (v_room ->> v_c.job_type::text)::int <= 0;
     v_key := null;
-    if v_c.concurrency_key is not null and v_key_limit ? v_c.job_type::text then
+    v_rule := v_keyed -> v_c.job_type::text;
+    if v_c.concurrency_key is not null and v_rule is not null then
       v_key := v_c.job_type || '/' || v_c.concurrency_key;
       if not v_room ? v_key then
+        v_room := v_room || jsonb_build_object(v_key, 0);
         if pg_try_advisory_xact_lock(-v_c.job_type, hashtext(v_c.concurrency_key)) then
-          v_room := v_room || jsonb_build_object(v_key, (v_key_limit ->> v_c.job_type::text)::int - (
-            select count(*)
-              from (select 1
-                      from pyjobq.job r
-                     where r.status = 2
-                       and r.concurrency_key is not null
-                       and r.job_type = v_c.job_type
-                       and r.concurrency_key = v_c.concurrency_key
-                     limit (v_key_limit ->> v_c.job_type::text)::int) as r));
-        else
-          v_room := v_room || jsonb_build_object(v_key, 0);
+          v_room := v_room || jsonb_build_object(v_key, 100000);
+          if v_rule ->> 'max' is not null then
+            v_room := v_room || jsonb_build_object(v_key, (v_rule ->> 'max')::int - (
+              select count(*)
+                from (select 1
+                        from pyjobq.job r
+                       where r.status = 2
+                         and r.concurrency_key is not null
+                         and r.job_type = v_c.job_type
+                         and r.concurrency_key = v_c.concurrency_key
+                       limit (v_rule ->> 'max')::int) as r));
+          end if;
+          if v_rule ->> 'rate' is not null then
+            select w.claimed_at, w.claimed into v_w
+              from pyjobq.rate_window w
+             where w.job_type = v_c.job_type and w.concurrency_key = v_c.concurrency_key;
+            v_room := v_room || jsonb_build_object(v_key, case
+              when v_w.claimed_at[cardinality(v_w.claimed_at)] > v_at then 0
+              else least((v_room ->> v_key)::int, (v_rule ->> 'rate')::int
+                         - pyjobq._rate_used(v_w.claimed_at, v_w.claimed, v_at - (v_rule ->> 'period')::interval))
+              end);
+            v_taken := v_taken || jsonb_build_object(v_key, 0);
+          end if;
         end if;
       end if;
       continue when (v_room ->> v_key)::int <= 0;
@@ -157,9 +333,9 @@ begin
            attempts = j.attempts + 1,
            worker_id = p_worker_id,
            lease_token = gen_random_uuid(),
-           lease_until = p_now + make_interval(secs => least(p_lease, t.timeout_seconds)),
-           run_started_at = p_now,
-           updated_at = p_now
+           lease_until = v_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
+           run_started_at = v_at,
+           updated_at = v_at
       from pyjobq.job_type t
      where j.job_id = (select l.job_id from pyjobq.job l where l.job_id = v_c.job_id and l.status = 1
                           for update skip locked)
@@ -168,12 +344,8 @@ begin
               j.run_after, j.lease_until, j.created_at, j.lease_token
       into v_row;
     continue when not found;  -- another claimer has it
-    if v_room ? v_c.job_type::text then
-      v_room := jsonb_set(v_room, array[v_c.job_type::text], to_jsonb((v_room ->> v_c.job_type::text)::int - 1));
-    end if;
-    if v_key is not null then
-      v_room := jsonb_set(v_room, array[v_key], to_jsonb((v_room ->> v_key)::int - 1));
-    end if;
+    v_room := pyjobq._count_down(v_room, v_c.job_type::text, v_key);
+    v_taken := pyjobq._count_down(v_taken, v_c.job_type::text, v_key);
     job_id := v_row.job_id;
     job_type := v_row.job_type;
     priority := v_row.priority;
@@ -189,9 +361,40 @@ begin
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;
   end loop;
+
+  -- The claims the rates count (v_taken holds minus the jobs taken).
+  for v_w in
+    select e.key, -e.value::int as n, t.job_type, t.rate_period, t.key_rate_period
+      from jsonb_each_text(v_taken) e
+      join pyjobq.job_type t on t.job_type = split_part(e.key, '/', 1)::smallint
+     where e.value::int < 0
+  loop
+    if position('/' in v_w.key) = 0 then
+      perform pyjobq._rate_record(v_w.job_type, '', v_w.rate_period, v_at, v_w.n);
+    else
+      perform pyjobq._rate_record(v_w.job_type, substr(v_w.key, position('/' in v_w.key) + 1),
+                                  v_w.key_rate_period, v_at, v_w.n);
+    end if;
+  end loop;
 end;
 $$;
 
 comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
-  'job_claim for job types with concurrency limits: takes up to p_limit due PENDING jobs in claim order while '
-  'their type and concurrency key have room, counted under advisory locks; looks at 10000 due jobs at most.';
+  'job_claim for job types with concurrency or rate limits: takes up to p_limit due PENDING jobs in claim '
+  'order while their type and concurrency key have room, counted under advisory locks; looks at 10000 due '
+  'jobs at most.';
+
+-- One job taken: one less in the entries of its type and its key, where there are some.
+create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)
+returns jsonb
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select p_counts || coalesce(jsonb_object_agg(k, (p_counts ->> k)::int - 1), '{}')
+    from unnest(array[p_type, p_key]) k
+   where p_counts ? k
+$$;
+
+comment on function pyjobq._count_down(jsonb, text, text) is
+  'p_counts with one less in its entries p_type and p_key, where present.';

@@ -163,6 +163,10 @@ begin
    using doomed d
    where j.job_id = d.job_id;
   get diagnostics v_deleted = row_count;
+  -- A rate window with no claim for longer than any period (a day at most)
+  -- counts nothing; an hour more leaves a claim that started before it alone.
+  delete from pyjobq.rate_window w
+   where w.claimed_at[cardinality(w.claimed_at)] < v_now - interval '25 hours';
   return v_deleted;
 end;
 $$;
@@ -171,7 +175,8 @@ comment on function pyjobq.job_prune(interval, int) is
   'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
   'p_older_than '
   '(0 to 100 years) ago, '
-  'and returns how many it deleted; call it again until it returns less than p_limit.';
+  'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
+  'windows with no claim in the last 25 hours, which count nothing.';
 
 -- Settings --------------------------------------------------------------------
 

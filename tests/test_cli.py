@@ -422,9 +422,14 @@ def test_limits_are_set_and_listed(dsn: str, conn: Conn) -> None:
     )
     assert made.returncode == 0, made.stderr
     listed = pyjobq("limits", dsn=dsn)
-    assert listed.stdout == "SEARCH\tmax running 4\tper key 1\n", listed.stderr
+    assert listed.stdout == "SEARCH\tmax running 4\tper key 1\trate -\tper key -\n", listed.stderr
+    rated = pyjobq("limits", "set", "SEARCH", "--rate", "10/1m", "--key-rate", "2", dsn=dsn)
+    assert rated.stdout == "SEARCH\tmax running -\tper key -\trate 10/60s\tper key 2/1s\n"
+    refused = pyjobq("limits", "set", "SEARCH", "--rate", "10/2d", dsn=dsn)
+    assert refused.returncode != 0
+    assert "p_rate_period must be at least 1 millisecond and at most 1 day" in refused.stderr
     keyed = pyjobq("enqueue", "SEARCH", "--concurrency-key", "tenant-7", dsn=dsn)
     assert keyed.returncode == 0, keyed.stderr
     assert one(conn, "select concurrency_key from pyjobq.job") == "tenant-7"
-    assert pyjobq("limits", "set", "SEARCH", dsn=dsn).returncode == 0
+    assert pyjobq("limits", "set", "SEARCH", dsn=dsn).stdout == "SEARCH\tno limits\n"
     assert pyjobq("limits", dsn=dsn).stdout == ""

@@ -78,18 +78,15 @@ def test_limits_are_set_checked_and_removed_by_admins_only(
         with raises_sqlstate("22023"):
             conn.execute("select pyjobq.job_type_set_limits(%s, %s, %s)", args)
     set_limits(conn, 1, 3, 2)
-    assert conn.execute("select * from pyjobq.job_type_limits()").fetchall() == [
-        (1, "SEARCH", 3, 2)
-    ]
+    limits = "select job_type, name, max_running, key_max_running from pyjobq.job_type_limits()"
+    assert conn.execute(limits).fetchall() == [(1, "SEARCH", 3, 2)]
     for group in ("pyjobq_producer", "pyjobq_worker", "pyjobq_observer"):
         with psycopg.connect(login_role(group), autocommit=True) as other:
             with raises_sqlstate("42501"):
                 other.execute("select pyjobq.job_type_set_limits(1, null, null)")
-            assert other.execute("select * from pyjobq.job_type_limits()").fetchall() == [
-                (1, "SEARCH", 3, 2)
-            ]
+            assert other.execute(limits).fetchall() == [(1, "SEARCH", 3, 2)]
     set_limits(conn, 1, None, None)
-    assert conn.execute("select * from pyjobq.job_type_limits()").fetchall() == []
+    assert conn.execute(limits).fetchall() == []
 
 
 def test_a_blank_or_long_concurrency_key_is_refused(conn: Conn) -> None:

@@ -414,6 +414,22 @@ def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
     assert len(refused()) == 1, refused()
 
 
+def test_a_rate_limited_worker_sleeps_until_the_window_opens(dsn: str, db: Conn) -> None:
+    """Five claims a second: a claim fills the window and leaves due jobs behind, and no
+    NOTIFY says when the window opens. The worker reads when from job_next_due after its claim
+    and sleeps until then, so 15 jobs drain in three windows, well before the poll interval (an
+    hour here) would have let them, and never more than five start in any second."""
+    q = JobQueue(db)
+    q.type_set_limits(JobType.SEARCH, rate_limit=5, rate_period=timedelta(seconds=1))
+    q.enqueue_many(JobType.SEARCH, [{} for _ in range(15)])
+    worker = Worker(dsn, {JobType.SEARCH: lambda job: None}, concurrency=4, poll_interval=3600)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: 15}, "every job DONE")
+        r.stop()
+    starts = [row[0] for row in db.execute("select run_started_at from pyjobq.job order by 1")]
+    assert all(b - a >= timedelta(seconds=1) for a, b in zip(starts, starts[5:], strict=False))
+
+
 def test_a_worker_claims_again_as_its_jobs_free_their_keys(dsn: str, db: Conn) -> None:
     """With one RUNNING job per key allowed, a claim comes back short while jobs are due, and no
     NOTIFY says when a key has room again: the worker's own completions wake its claimer. Its

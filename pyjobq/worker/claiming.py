@@ -141,11 +141,22 @@ class Claimer:
                 # Nothing more is due: sleep until the next job becomes due, a NOTIFY of one
                 # due sooner, the reaper, or the poll.
                 timeout = config.poll_interval * random.uniform(0.9, 1.1)
-                if claimed.next_due_in is not None:
-                    timeout = min(timeout, claimed.next_due_in)
+                next_due_in = claimed.next_due_in
+                if s.rate_limited:
+                    next_due_in = await self.next_due_in()
+                if next_due_in is not None:
+                    timeout = min(timeout, next_due_in)
                 s.next_claim_at = time.time() + timeout
                 with suppress_timeout():
                     await asyncio.wait_for(s.notified.wait(), timeout)
+
+    async def next_due_in(self) -> float | None:
+        """``job_next_due`` read again after a claim that may have filled a rate window: when
+        the window opens, or ``None`` (the poll decides) if the database cannot say."""
+        try:
+            return await self.state.call(self.state.queue.next_due_in(self.job_types))
+        except DATABASE_ERRORS:
+            return None
 
     async def release(self, held: list[Held]) -> None:
         """Give unstarted jobs back with ``job_release_many``, one call per ``MAX_BATCH``."""

@@ -234,7 +234,7 @@ class Worker:
                 handlers[code] = handler
             policies = await queue.type_policies()
             # Limits came with schema 15; an older one, still to be migrated, has none.
-            limited = {t.job_type for t in await queue.type_limits()} if version >= 15 else set()
+            limits = await queue.type_limits() if version >= 15 else []
             wanted = set(handlers)
             if self._only is not None:
                 wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}
@@ -255,7 +255,9 @@ class Worker:
         self._timeouts = {
             p.job_type: p.timeout_seconds for p in policies if p.job_type in self.handlers
         }
-        self._state.limited = bool(limited & set(self.handlers))
+        handled = [t for t in limits if t.job_type in self.handlers]
+        self._state.limited = any(t.max_running or t.key_max_running for t in handled)
+        self._state.rate_limited = any(t.rate_limit or t.key_rate_limit for t in handled)
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):

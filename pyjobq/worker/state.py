@@ -91,6 +91,9 @@ class WorkerState:
         # Some handled type has a concurrency limit (job_type_limits, read at the start): a job
         # that ends frees room that no NOTIFY announces, so its completion wakes the claimer.
         self.limited = False
+        # Some handled type has a rate limit: a claim that fills its window leaves due jobs
+        # behind until the window opens, which job_next_due says once the claim committed.
+        self.rate_limited = False
         # When (time.time()) the claimer claims next unless woken: infinity while it claims,
         # so that a job announced meanwhile wakes it whenever it is due.
         self.next_claim_at = math.inf

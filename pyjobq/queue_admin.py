@@ -80,12 +80,14 @@ class QueueAdmin(Calls):
         rate_period: timedelta | None = None,
         key_rate_limit: int | None = None,
         key_rate_period: timedelta | None = None,
+        fair_share: bool = False,
     ) -> None:
         """``job_type_set_limits``, all of the type's limits at once: at most ``max_running`` jobs
         of the type RUNNING at once and ``key_max_running`` per concurrency key; at most
         ``rate_limit`` claims in any ``rate_period`` (default a second) and ``key_rate_limit`` per
         key in any ``key_rate_period``. Every claim keeps them exactly; ``None`` removes a limit.
-        Admins only."""
+        With ``fair_share``, jobs enqueued from now on are claimed round robin across their
+        concurrency keys. Admins only."""
         code = self._code(job_type)
         params = (
             code,
@@ -95,12 +97,13 @@ class QueueAdmin(Calls):
             rate_period,
             key_rate_limit,
             key_rate_period,
+            fair_share,
         )
         self._scalar(statements.TYPE_SET_LIMITS, params)
 
     def type_limits(self) -> list[TypeLimit]:
-        """``job_type_limits``: the types with a concurrency or rate limit, their limits, and when
-        each type's rate next lets a claim in."""
+        """``job_type_limits``: the types with a concurrency or rate limit or fair share, their
+        limits, and when each type's rate next lets a claim in."""
         return self._rows(TypeLimit, statements.TYPE_LIMITS, ())
 
     def type_policies(self) -> list[TypePolicy]:

@@ -243,7 +243,8 @@ class TypeLimit:
     """A row of ``job_type_limits``: at most ``max_running`` jobs of the type RUNNING at once,
     and ``key_max_running`` per concurrency key; at most ``rate_limit`` claims in any
     ``rate_period``, and ``key_rate_limit`` per key in any ``key_rate_period`` (``None``: no
-    such limit). ``next_claim_at``: when the type's rate next lets a claim in (``None``: now)."""
+    such limit). ``fair_share``: its jobs are claimed round robin across their keys.
+    ``next_claim_at``: when the type's rate next lets a claim in (``None``: now)."""
 
     job_type: int
     name: str
@@ -253,6 +254,7 @@ class TypeLimit:
     rate_period: timedelta | None
     key_rate_limit: int | None
     key_rate_period: timedelta | None
+    fair_share: bool
     next_claim_at: datetime | None
 
 

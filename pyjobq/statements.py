@@ -102,11 +102,11 @@ TYPE_POLICIES: LiteralString = (
 )
 TYPE_SET_LIMITS: LiteralString = (
     "select pyjobq.job_type_set_limits(%s::int, %s::int, %s::int, %s::int, %s::interval, %s::int,"
-    " %s::interval)"
+    " %s::interval, %s::boolean)"
 )
 TYPE_LIMITS: LiteralString = (
     "select job_type, name, max_running, key_max_running, rate_limit, rate_period, key_rate_limit,"
-    " key_rate_period, next_claim_at from pyjobq.job_type_limits()"
+    " key_rate_period, fair_share, next_claim_at from pyjobq.job_type_limits()"
 )
 TYPE_GRANT: LiteralString = "select pyjobq.job_type_grant(%s::int, %s::text, %s::text)"
 TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %s::text)"

@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 16
+  select 17
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -161,6 +161,9 @@ create table pyjobq.job_type (
   rate_period interval,
   key_rate_limit int,
   key_rate_period interval,
+  -- Fair share (job_type_set_limits): the type's jobs are claimed round robin
+  -- across their concurrency keys, in the order of job.fair_rank.
+  fair_share boolean not null default false,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -214,6 +217,7 @@ create table pyjobq.job (
   notify_done boolean not null default false,
   lease_token uuid,
   concurrency_key varchar(200),
+  fair_rank bigint,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -238,6 +242,10 @@ comment on column pyjobq.job.lease_token is
 comment on column pyjobq.job.concurrency_key is
   'The key (a customer, a tenant, an account) whose RUNNING jobs of the type job_claim keeps within the type''s '
   'key_max_running; null: the job counts against no key.';
+comment on column pyjobq.job.fair_rank is
+  'Set at enqueue for the jobs of a fair-share type: the job''s turn among its priority''s jobs, one more than '
+  'its key''s last pending job, and never before the first due one; claims take them in this order. Null: '
+  'claimed in due-time order.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -286,6 +294,14 @@ create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
 -- key, counted by job_claim up to the limit. Only jobs with a key enter it.
 create index job_running_key_idx on pyjobq.job (job_type, concurrency_key)
   where status = 2 and concurrency_key is not null;
+
+-- Fair share: the fair-share jobs in their claim order, and each key's last
+-- turn, from which the next job of the key takes its own. Only jobs with a
+-- turn enter them.
+create index job_fair_idx on pyjobq.job (priority, fair_rank, seq)
+  where status = 1 and fair_rank is not null;
+create index job_fair_key_idx on pyjobq.job (job_type, priority, (coalesce(concurrency_key, '')), fair_rank)
+  where status = 1 and fair_rank is not null;
 
 -- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
 -- key, by when they ended. Only keyed jobs enter it, when they end.

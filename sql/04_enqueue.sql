@@ -80,6 +80,62 @@ $$;
 comment on function pyjobq._ended_within(int, text, interval, timestamptz) is
   'The job of type p_job_type and key p_dedupe_key that ended last, if it ended within p_window before p_now.';
 
+-- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
+-- the turn of a key's job one after its key's last pending job, so a key's
+-- jobs take every turn from there on, one each, and a key with 100,000 jobs
+-- waiting holds one turn in each, not the next 100,000. A key with none
+-- waiting starts at the first due turn of the priority (never behind the
+-- queue's head, nor before it), so a key's past does not count for or against
+-- it. Turns are shared by all fair-share types, so the turns of two such types
+-- interleave as their keys' do. Two enqueues of a key at once may take the
+-- same turn: seq orders them, and nothing but the order depends on it.
+create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
+returns bigint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+as $$
+declare
+  v_head bigint;
+begin
+  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
+    return null;
+  end if;
+  select h.fair_rank into v_head
+    from pyjobq.job h
+   where h.status = 1
+     and h.fair_rank is not null
+     and h.priority = p_priority
+     and h.run_after <= p_now
+   order by h.fair_rank
+   limit 1;
+  return (
+    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
+      from (select k.i, coalesce(k.key, '') as key,
+                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
+              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
+      join (select d.key,
+                   (select r.fair_rank
+                      from pyjobq.job r
+                     where r.status = 1
+                       and r.fair_rank is not null
+                       and r.job_type = p_job_type
+                       and r.priority = p_priority
+                       and coalesce(r.concurrency_key, '') = d.key
+                     order by r.fair_rank desc
+                     limit 1) as tail
+              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
+                    union
+                    select '' where p_keys is null) d) g
+        on g.key = u.key);
+end;
+$$;
+
+comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
+  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
+  'keys p_keys (null: none), in input order; null when the type has no fair share.';
+
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
 -- its type holds p_dedupe_key, that job (created false). If the holder ends
 -- between the insert and the lookup, try again. With p_unique_for, a job with
@@ -120,10 +176,10 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key)
+       concurrency_key, fair_rank)
     values
       (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key)
+       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1])
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -270,6 +326,7 @@ declare
   v_count int := coalesce(cardinality(p_payloads), 0);
   v_bad int;
   v_row record;
+  v_ranks bigint[];
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -308,6 +365,7 @@ begin
   end if;
 
   perform pyjobq._pending_from(v_run_after, v_now, true);
+  v_ranks := pyjobq._fair_ranks(p_job_type, v_priority, p_concurrency_keys, v_count, v_now);
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
   -- drawn beforehand are the answer, in input order, without a row-by-row loop.
@@ -320,9 +378,10 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key)
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
+         fair_rank)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord]
         from input i
        order by i.ord
     )
@@ -345,9 +404,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key)
+         concurrency_key, fair_rank)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord]
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing

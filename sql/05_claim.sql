@@ -395,7 +395,7 @@ begin
   if exists (select 1 from pyjobq.job_type t
               where t.job_type = any (v_types)
                 and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
-                     or t.key_rate_limit is not null)) then
+                     or t.key_rate_limit is not null or t.fair_share)) then
     return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
   else
     return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
@@ -408,7 +408,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
-  'claims in a period, than they allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
+  'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
+  'round robin across their concurrency keys. Returns the claimed jobs; attempt and lease_token (random, shown by '
   'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
@@ -459,14 +460,18 @@ begin
     into v_next
     from priorities p
    where p.priority is not null;
-  -- A rate window that is full holds due jobs back until it has room.
+  -- A rate window may hold due jobs back: it has more room when its oldest
+  -- claim leaves it. (Whether it is full is not enough: a claim that filled it
+  -- may find it a claim short a moment later, jobs still due.) Windows empty
+  -- out a period after the last claim, so an idle worker is not woken for long.
   return least(v_next, (
-    select min(case when w.concurrency_key = ''
-                    then pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, v_now)
-                    else pyjobq._rate_opens(w.claimed_at, w.claimed, t.key_rate_limit, t.key_rate_period, v_now)
-                    end)
+    select min(o.at + o.period)
       from pyjobq.job_type t
       join pyjobq.rate_window w on w.job_type = t.job_type
+     cross join lateral (
+       select case when w.concurrency_key = '' then t.rate_period else t.key_rate_period end as period) p
+     cross join lateral (
+       select min(e.at) as at, p.period from unnest(w.claimed_at) e(at) where e.at > v_now - p.period) o
      where t.job_type = any (v_types)
        and (t.rate_limit is not null or t.key_rate_limit is not null)));
 end;
@@ -474,5 +479,5 @@ $$;
 
 comment on function pyjobq.job_next_due(int[]) is
   'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
-  'caller may work), or null when none is scheduled, or when a full rate window (job_type_set_limits) next has room if '
+  'caller may work), or null when none is scheduled, or when a rate window (job_type_set_limits) next gains room if '
   'sooner: when an idle worker should claim again. Jobs due now are not counted.';

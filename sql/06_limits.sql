@@ -11,7 +11,8 @@ create function pyjobq.job_type_set_limits(
   p_rate_limit int default null,
   p_rate_period interval default null,
   p_key_rate_limit int default null,
-  p_key_rate_period interval default null
+  p_key_rate_period interval default null,
+  p_fair_share boolean default false
 )
 returns void
 language plpgsql
@@ -37,7 +38,8 @@ begin
          rate_limit = p_rate_limit,
          rate_period = p_rate_period,
          key_rate_limit = p_key_rate_limit,
-         key_rate_period = p_key_rate_period
+         key_rate_period = p_key_rate_period,
+         fair_share = coalesce(p_fair_share, false)
    where t.job_type = p_job_type;
   -- The windows of a rate that is gone count nothing any more.
   delete from pyjobq.rate_window w
@@ -46,12 +48,13 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval) is
+comment on function pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean) is
   'Sets job type p_job_type''s limits, all at once (null removes one): at most p_max_running (1..100000) of its '
   'jobs RUNNING at once and p_key_max_running (1..100000) per concurrency key; at most p_rate_limit '
   '(1..10000) claims of its jobs in any p_rate_period (1 millisecond..1 day, default 1 second), and '
   'p_key_rate_limit per concurrency key in any p_key_rate_period. job_claim keeps them exactly, across all '
-  'workers; jobs already RUNNING beyond a lowered limit run on. Admins only.';
+  'workers; jobs already RUNNING beyond a lowered limit run on. With p_fair_share, jobs enqueued from now '
+  'on are claimed round robin across their concurrency keys. Admins only.';
 
 create function pyjobq._check_rate(p_limit_name text, p_limit int, p_period_name text, p_period interval)
 returns interval
@@ -157,6 +160,7 @@ returns table (
   rate_period interval,
   key_rate_limit int,
   key_rate_period interval,
+  fair_share boolean,
   next_claim_at timestamptz
 )
 language sql
@@ -165,18 +169,18 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, t.max_running, t.key_max_running, t.rate_limit, t.rate_period,
-         t.key_rate_limit, t.key_rate_period,
+         t.key_rate_limit, t.key_rate_period, t.fair_share,
          pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, pyjobq.clock_now())
     from pyjobq.job_type t
     left join pyjobq.rate_window w on w.job_type = t.job_type and w.concurrency_key = ''
    where t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
-      or t.key_rate_limit is not null
+      or t.key_rate_limit is not null or t.fair_share
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_limits() is
-  'The job types with a concurrency or rate limit, and their limits (null: none); next_claim_at is when the '
-  'type''s rate limit next lets a claim take one of its jobs, null when it does now.';
+  'The job types with a concurrency or rate limit or fair share, and their limits (null: none); next_claim_at '
+  'is when the type''s rate limit next lets a claim take one of its jobs, null when it does now.';
 
 -- Concurrency and rate limits. A claim that may take jobs of a type with a
 -- limit (job_type_set_limits) walks the due jobs in claim order and takes a
@@ -235,6 +239,13 @@ declare
   v_taken jsonb := '{}';           -- jobs taken, by "type" and "type/key", where a rate counts them
   v_rule jsonb;
   v_w record;
+  v_plain refcursor;
+  v_fair refcursor;
+  v_p record;
+  v_f record;
+  v_p_found boolean;
+  v_f_found boolean;
+  v_fair_turn boolean := true;
   v_c record;
   v_key text;
   v_row record;
@@ -284,15 +295,46 @@ begin
     end if;
   end loop;
 
-  for v_c in
-    select c.job_id, c.job_type, c.concurrency_key
+  -- Two streams of due jobs: in claim order, and the fair-share jobs in their
+  -- turns (job.fair_rank); the more urgent priority first, and taking turns
+  -- within one.
+  open v_plain for
+    select c.job_id, c.job_type, c.concurrency_key, c.priority
       from pyjobq.job c
      where c.status = 1
        and c.run_after <= p_now
        and c.job_type = any (p_types)
+       and c.fair_rank is null
      order by c.priority, c.run_after, c.seq
-     limit c_visits
+     limit c_visits;
+  open v_fair for
+    select c.job_id, c.job_type, c.concurrency_key, c.priority
+      from pyjobq.job c
+     where c.status = 1
+       and c.fair_rank is not null
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+     order by c.priority, c.fair_rank, c.seq
+     limit c_visits;
+  fetch v_plain into v_p;
+  v_p_found := found;
+  fetch v_fair into v_f;
+  v_f_found := found;
   loop
+    if v_f_found and (not v_p_found or v_f.priority < v_p.priority
+                      or (v_f.priority = v_p.priority and v_fair_turn)) then
+      v_c := v_f;
+      fetch v_fair into v_f;
+      v_f_found := found;
+      v_fair_turn := false;
+    elsif v_p_found then
+      v_c := v_p;
+      fetch v_plain into v_p;
+      v_p_found := found;
+      v_fair_turn := true;
+    else
+      exit;
+    end if;
     continue when (v_room ->> v_c.job_type::text)::int <= 0;
     v_key := null;
     v_rule := v_keyed -> v_c.job_type::text;
@@ -361,6 +403,8 @@ begin
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;
   end loop;
+  close v_plain;
+  close v_fair;
 
   -- The claims the rates count (v_taken holds minus the jobs taken).
   for v_w in
@@ -380,9 +424,9 @@ end;
 $$;
 
 comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
-  'job_claim for job types with concurrency or rate limits: takes up to p_limit due PENDING jobs in claim '
-  'order while their type and concurrency key have room, counted under advisory locks; looks at 10000 due '
-  'jobs at most.';
+  'job_claim for job types with concurrency or rate limits or fair share: takes up to p_limit due PENDING jobs, '
+  'in claim order and the fair-share ones in their turns, while their type and concurrency key have room, '
+  'counted under advisory locks; looks at 10000 due jobs of each order at most.';
 
 -- One job taken: one less in the entries of its type and its key, where there are some.
 create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)

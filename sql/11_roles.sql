@@ -75,7 +75,7 @@ begin
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_settings(),
     pyjobq.job_settings_set(boolean),
-    pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval),
+    pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean),
     pyjobq.job_reap(int),
     pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
     pyjobq.job_schedule_delete(text),

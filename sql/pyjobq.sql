@@ -144,7 +144,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 16
+  select 17
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -174,6 +174,9 @@ create table pyjobq.job_type (
   rate_period interval,
   key_rate_limit int,
   key_rate_period interval,
+  -- Fair share (job_type_set_limits): the type's jobs are claimed round robin
+  -- across their concurrency keys, in the order of job.fair_rank.
+  fair_share boolean not null default false,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -227,6 +230,7 @@ create table pyjobq.job (
   notify_done boolean not null default false,
   lease_token uuid,
   concurrency_key varchar(200),
+  fair_rank bigint,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
@@ -251,6 +255,10 @@ comment on column pyjobq.job.lease_token is
 comment on column pyjobq.job.concurrency_key is
   'The key (a customer, a tenant, an account) whose RUNNING jobs of the type job_claim keeps within the type''s '
   'key_max_running; null: the job counts against no key.';
+comment on column pyjobq.job.fair_rank is
+  'Set at enqueue for the jobs of a fair-share type: the job''s turn among its priority''s jobs, one more than '
+  'its key''s last pending job, and never before the first due one; claims take them in this order. Null: '
+  'claimed in due-time order.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -299,6 +307,14 @@ create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
 -- key, counted by job_claim up to the limit. Only jobs with a key enter it.
 create index job_running_key_idx on pyjobq.job (job_type, concurrency_key)
   where status = 2 and concurrency_key is not null;
+
+-- Fair share: the fair-share jobs in their claim order, and each key's last
+-- turn, from which the next job of the key takes its own. Only jobs with a
+-- turn enter them.
+create index job_fair_idx on pyjobq.job (priority, fair_rank, seq)
+  where status = 1 and fair_rank is not null;
+create index job_fair_key_idx on pyjobq.job (job_type, priority, (coalesce(concurrency_key, '')), fair_rank)
+  where status = 1 and fair_rank is not null;
 
 -- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
 -- key, by when they ended. Only keyed jobs enter it, when they end.
@@ -1191,6 +1207,62 @@ $$;
 comment on function pyjobq._ended_within(int, text, interval, timestamptz) is
   'The job of type p_job_type and key p_dedupe_key that ended last, if it ended within p_window before p_now.';
 
+-- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
+-- the turn of a key's job one after its key's last pending job, so a key's
+-- jobs take every turn from there on, one each, and a key with 100,000 jobs
+-- waiting holds one turn in each, not the next 100,000. A key with none
+-- waiting starts at the first due turn of the priority (never behind the
+-- queue's head, nor before it), so a key's past does not count for or against
+-- it. Turns are shared by all fair-share types, so the turns of two such types
+-- interleave as their keys' do. Two enqueues of a key at once may take the
+-- same turn: seq orders them, and nothing but the order depends on it.
+create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
+returns bigint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+as $$
+declare
+  v_head bigint;
+begin
+  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
+    return null;
+  end if;
+  select h.fair_rank into v_head
+    from pyjobq.job h
+   where h.status = 1
+     and h.fair_rank is not null
+     and h.priority = p_priority
+     and h.run_after <= p_now
+   order by h.fair_rank
+   limit 1;
+  return (
+    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
+      from (select k.i, coalesce(k.key, '') as key,
+                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
+              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
+      join (select d.key,
+                   (select r.fair_rank
+                      from pyjobq.job r
+                     where r.status = 1
+                       and r.fair_rank is not null
+                       and r.job_type = p_job_type
+                       and r.priority = p_priority
+                       and coalesce(r.concurrency_key, '') = d.key
+                     order by r.fair_rank desc
+                     limit 1) as tail
+              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
+                    union
+                    select '' where p_keys is null) d) g
+        on g.key = u.key);
+end;
+$$;
+
+comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
+  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
+  'keys p_keys (null: none), in input order; null when the type has no fair share.';
+
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
 -- its type holds p_dedupe_key, that job (created false). If the holder ends
 -- between the insert and the lookup, try again. With p_unique_for, a job with
@@ -1231,10 +1303,10 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key)
+       concurrency_key, fair_rank)
     values
       (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key)
+       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1])
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -1381,6 +1453,7 @@ declare
   v_count int := coalesce(cardinality(p_payloads), 0);
   v_bad int;
   v_row record;
+  v_ranks bigint[];
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -1419,6 +1492,7 @@ begin
   end if;
 
   perform pyjobq._pending_from(v_run_after, v_now, true);
+  v_ranks := pyjobq._fair_ranks(p_job_type, v_priority, p_concurrency_keys, v_count, v_now);
 
   -- Without keys nothing can conflict: every row is inserted, and the ids
   -- drawn beforehand are the answer, in input order, without a row-by-row loop.
@@ -1431,9 +1505,10 @@ begin
     ),
     inserted as (
       insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key)
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
+         fair_rank)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord]
         from input i
        order by i.ord
     )
@@ -1456,9 +1531,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key)
+         concurrency_key, fair_rank)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord]
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -1897,7 +1972,7 @@ begin
   if exists (select 1 from pyjobq.job_type t
               where t.job_type = any (v_types)
                 and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
-                     or t.key_rate_limit is not null)) then
+                     or t.key_rate_limit is not null or t.fair_share)) then
     return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
   else
     return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
@@ -1910,7 +1985,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
-  'claims in a period, than they allow, in all and per concurrency key. Returns the claimed jobs; attempt and lease_token (random, shown by '
+  'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
+  'round robin across their concurrency keys. Returns the claimed jobs; attempt and lease_token (random, shown by '
   'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
@@ -1961,14 +2037,18 @@ begin
     into v_next
     from priorities p
    where p.priority is not null;
-  -- A rate window that is full holds due jobs back until it has room.
+  -- A rate window may hold due jobs back: it has more room when its oldest
+  -- claim leaves it. (Whether it is full is not enough: a claim that filled it
+  -- may find it a claim short a moment later, jobs still due.) Windows empty
+  -- out a period after the last claim, so an idle worker is not woken for long.
   return least(v_next, (
-    select min(case when w.concurrency_key = ''
-                    then pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, v_now)
-                    else pyjobq._rate_opens(w.claimed_at, w.claimed, t.key_rate_limit, t.key_rate_period, v_now)
-                    end)
+    select min(o.at + o.period)
       from pyjobq.job_type t
       join pyjobq.rate_window w on w.job_type = t.job_type
+     cross join lateral (
+       select case when w.concurrency_key = '' then t.rate_period else t.key_rate_period end as period) p
+     cross join lateral (
+       select min(e.at) as at, p.period from unnest(w.claimed_at) e(at) where e.at > v_now - p.period) o
      where t.job_type = any (v_types)
        and (t.rate_limit is not null or t.key_rate_limit is not null)));
 end;
@@ -1976,7 +2056,7 @@ $$;
 
 comment on function pyjobq.job_next_due(int[]) is
   'The earliest run_after still to come of the PENDING jobs of the given job types (default: every type the '
-  'caller may work), or null when none is scheduled, or when a full rate window (job_type_set_limits) next has room if '
+  'caller may work), or null when none is scheduled, or when a rate window (job_type_set_limits) next gains room if '
   'sooner: when an idle worker should claim again. Jobs due now are not counted.';
 
 -- Concurrency limits ----------------------------------------------------------
@@ -1992,7 +2072,8 @@ create function pyjobq.job_type_set_limits(
   p_rate_limit int default null,
   p_rate_period interval default null,
   p_key_rate_limit int default null,
-  p_key_rate_period interval default null
+  p_key_rate_period interval default null,
+  p_fair_share boolean default false
 )
 returns void
 language plpgsql
@@ -2018,7 +2099,8 @@ begin
          rate_limit = p_rate_limit,
          rate_period = p_rate_period,
          key_rate_limit = p_key_rate_limit,
-         key_rate_period = p_key_rate_period
+         key_rate_period = p_key_rate_period,
+         fair_share = coalesce(p_fair_share, false)
    where t.job_type = p_job_type;
   -- The windows of a rate that is gone count nothing any more.
   delete from pyjobq.rate_window w
@@ -2027,12 +2109,13 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval) is
+comment on function pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean) is
   'Sets job type p_job_type''s limits, all at once (null removes one): at most p_max_running (1..100000) of its '
   'jobs RUNNING at once and p_key_max_running (1..100000) per concurrency key; at most p_rate_limit '
   '(1..10000) claims of its jobs in any p_rate_period (1 millisecond..1 day, default 1 second), and '
   'p_key_rate_limit per concurrency key in any p_key_rate_period. job_claim keeps them exactly, across all '
-  'workers; jobs already RUNNING beyond a lowered limit run on. Admins only.';
+  'workers; jobs already RUNNING beyond a lowered limit run on. With p_fair_share, jobs enqueued from now '
+  'on are claimed round robin across their concurrency keys. Admins only.';
 
 create function pyjobq._check_rate(p_limit_name text, p_limit int, p_period_name text, p_period interval)
 returns interval
@@ -2138,6 +2221,7 @@ returns table (
   rate_period interval,
   key_rate_limit int,
   key_rate_period interval,
+  fair_share boolean,
   next_claim_at timestamptz
 )
 language sql
@@ -2146,18 +2230,18 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, t.max_running, t.key_max_running, t.rate_limit, t.rate_period,
-         t.key_rate_limit, t.key_rate_period,
+         t.key_rate_limit, t.key_rate_period, t.fair_share,
          pyjobq._rate_opens(w.claimed_at, w.claimed, t.rate_limit, t.rate_period, pyjobq.clock_now())
     from pyjobq.job_type t
     left join pyjobq.rate_window w on w.job_type = t.job_type and w.concurrency_key = ''
    where t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
-      or t.key_rate_limit is not null
+      or t.key_rate_limit is not null or t.fair_share
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_limits() is
-  'The job types with a concurrency or rate limit, and their limits (null: none); next_claim_at is when the '
-  'type''s rate limit next lets a claim take one of its jobs, null when it does now.';
+  'The job types with a concurrency or rate limit or fair share, and their limits (null: none); next_claim_at '
+  'is when the type''s rate limit next lets a claim take one of its jobs, null when it does now.';
 
 -- Concurrency and rate limits. A claim that may take jobs of a type with a
 -- limit (job_type_set_limits) walks the due jobs in claim order and takes a
@@ -2216,6 +2300,13 @@ declare
   v_taken jsonb := '{}';           -- jobs taken, by "type" and "type/key", where a rate counts them
   v_rule jsonb;
   v_w record;
+  v_plain refcursor;
+  v_fair refcursor;
+  v_p record;
+  v_f record;
+  v_p_found boolean;
+  v_f_found boolean;
+  v_fair_turn boolean := true;
   v_c record;
   v_key text;
   v_row record;
@@ -2265,15 +2356,46 @@ begin
     end if;
   end loop;
 
-  for v_c in
-    select c.job_id, c.job_type, c.concurrency_key
+  -- Two streams of due jobs: in claim order, and the fair-share jobs in their
+  -- turns (job.fair_rank); the more urgent priority first, and taking turns
+  -- within one.
+  open v_plain for
+    select c.job_id, c.job_type, c.concurrency_key, c.priority
       from pyjobq.job c
      where c.status = 1
        and c.run_after <= p_now
        and c.job_type = any (p_types)
+       and c.fair_rank is null
      order by c.priority, c.run_after, c.seq
-     limit c_visits
+     limit c_visits;
+  open v_fair for
+    select c.job_id, c.job_type, c.concurrency_key, c.priority
+      from pyjobq.job c
+     where c.status = 1
+       and c.fair_rank is not null
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+     order by c.priority, c.fair_rank, c.seq
+     limit c_visits;
+  fetch v_plain into v_p;
+  v_p_found := found;
+  fetch v_fair into v_f;
+  v_f_found := found;
   loop
+    if v_f_found and (not v_p_found or v_f.priority < v_p.priority
+                      or (v_f.priority = v_p.priority and v_fair_turn)) then
+      v_c := v_f;
+      fetch v_fair into v_f;
+      v_f_found := found;
+      v_fair_turn := false;
+    elsif v_p_found then
+      v_c := v_p;
+      fetch v_plain into v_p;
+      v_p_found := found;
+      v_fair_turn := true;
+    else
+      exit;
+    end if;
     continue when (v_room ->> v_c.job_type::text)::int <= 0;
     v_key := null;
     v_rule := v_keyed -> v_c.job_type::text;
@@ -2342,6 +2464,8 @@ begin
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;
   end loop;
+  close v_plain;
+  close v_fair;
 
   -- The claims the rates count (v_taken holds minus the jobs taken).
   for v_w in
@@ -2361,9 +2485,9 @@ end;
 $$;
 
 comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
-  'job_claim for job types with concurrency or rate limits: takes up to p_limit due PENDING jobs in claim '
-  'order while their type and concurrency key have room, counted under advisory locks; looks at 10000 due '
-  'jobs at most.';
+  'job_claim for job types with concurrency or rate limits or fair share: takes up to p_limit due PENDING jobs, '
+  'in claim order and the fair-share ones in their turns, while their type and concurrency key have room, '
+  'counted under advisory locks; looks at 10000 due jobs of each order at most.';
 
 -- One job taken: one less in the entries of its type and its key, where there are some.
 create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)
@@ -4150,7 +4274,7 @@ begin
     pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
     pyjobq.job_settings(),
     pyjobq.job_settings_set(boolean),
-    pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval),
+    pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean),
     pyjobq.job_reap(int),
     pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
     pyjobq.job_schedule_delete(text),

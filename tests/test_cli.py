@@ -423,8 +423,12 @@ def test_limits_are_set_and_listed(dsn: str, conn: Conn) -> None:
     assert made.returncode == 0, made.stderr
     listed = pyjobq("limits", dsn=dsn)
     assert listed.stdout == "SEARCH\tmax running 4\tper key 1\trate -\tper key -\n", listed.stderr
-    rated = pyjobq("limits", "set", "SEARCH", "--rate", "10/1m", "--key-rate", "2", dsn=dsn)
-    assert rated.stdout == "SEARCH\tmax running -\tper key -\trate 10/60s\tper key 2/1s\n"
+    rated = pyjobq(
+        "limits", "set", "SEARCH", "--rate", "10/1m", "--key-rate", "2", "--fair-share", dsn=dsn
+    )
+    assert rated.stdout == (
+        "SEARCH\tmax running -\tper key -\trate 10/60s\tper key 2/1s\tfair share\n"
+    )
     refused = pyjobq("limits", "set", "SEARCH", "--rate", "10/2d", dsn=dsn)
     assert refused.returncode != 0
     assert "p_rate_period must be at least 1 millisecond and at most 1 day" in refused.stderr

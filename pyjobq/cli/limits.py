@@ -1,4 +1,5 @@
-"""``pyjobq limits``: the concurrency and rate limits of job types (admins set them)."""
+"""``pyjobq limits``: the concurrency and rate limits and fair share of job types (admins set
+them)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def describe(row: TypeLimit) -> str:
     rate = show_rate(row.rate_limit, row.rate_period)
     key_rate = show_rate(row.key_rate_limit, row.key_rate_period)
     line = f"{row.name}\tmax running {total}\tper key {per_key}\trate {rate}\tper key {key_rate}"
+    if row.fair_share:
+        line += "\tfair share"
     if row.next_claim_at is not None:
         line += f"\tnext claim at {row.next_claim_at.isoformat()}"
     return line
@@ -41,8 +44,8 @@ def describe(row: TypeLimit) -> str:
 @dsn_option
 @click.pass_context
 def limits(context: click.Context, dsn: str | None) -> None:
-    """Concurrency and rate limits per job type and per concurrency key; without a command,
-    list them, with when each type's rate next lets a claim in."""
+    """Concurrency and rate limits per job type and per concurrency key, and fair share across
+    keys; without a command, list them, with when each type's rate next lets a claim in."""
     if context.invoked_subcommand is not None:
         return
     with queue(dsn) as q:
@@ -61,6 +64,7 @@ def limits(context: click.Context, dsn: str | None) -> None:
 )
 @click.option("--rate", help="claims of the type in any period, e.g. 10/1s or 1000/1h")
 @click.option("--key-rate", help="claims per concurrency key in any period, e.g. 2/1m")
+@click.option("--fair-share", is_flag=True, help="claim round robin across concurrency keys")
 def set_(
     dsn: str | None,
     job_type: str,
@@ -68,6 +72,7 @@ def set_(
     key_max_running: int | None,
     rate: str | None,
     key_rate: str | None,
+    fair_share: bool,
 ) -> None:
     """Set JOB_TYPE's limits (code or name), all at once: a limit left out is removed."""
     rate_limit, rate_period = parse_rate(rate)
@@ -82,6 +87,7 @@ def set_(
             rate_period,
             key_rate_limit,
             key_rate_period,
+            fair_share,
         )
         rows = [r for r in q.type_limits() if r.job_type == code]
     click.echo(describe(rows[0]) if rows else f"{job_type}\tno limits")

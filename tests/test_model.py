@@ -1,8 +1,8 @@
 """Model-based test: random sequences of queue calls checked step by step against a Python model.
 
 Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), claim, complete,
-complete_many, fail, renew, release, reap, redrive, prune, a schedule's set and tick, and clock
-moves against one database. ``Model`` predicts
+complete_many, fail, renew, release, reap, redrive, prune, a schedule's set and tick, a type's
+concurrency and rate limits, and clock moves against one database. ``Model`` predicts
 every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
 legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
 and then adopts it. After every step the whole table, ``job_counts()`` and the structural
@@ -166,6 +166,11 @@ class QueueMachine(RuleBasedStateMachine):
         self.tokens: list[Token] = []
         # The one schedule the machine sets, "s", as the model expects it to be.
         self.schedule: Schedule | None = None
+        # Each type's limits: RUNNING jobs at most, and claims per period at most.
+        self.max_running: dict[int, int | None] = dict.fromkeys(TYPES)
+        self.rate: dict[int, tuple[int, timedelta] | None] = dict.fromkeys(TYPES)
+        # The claims each type's rate counts: (when, how many jobs), in claim order.
+        self.claims: dict[int, list[tuple[datetime, int]]] = {t: [] for t in TYPES}
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -204,6 +209,38 @@ class QueueMachine(RuleBasedStateMachine):
         last = max((j.updated_at for j in ended), default=None)
         return {j.job_id for j in ended if j.updated_at == last}
 
+    def room(self, job_type: int) -> float:
+        """How many more jobs of ``job_type`` a claim may take now: its limits' least room."""
+        room = float("inf")
+        most = self.max_running[job_type]
+        if most is not None:
+            running = sum(
+                1 for j in self.jobs.values() if (j.job_type, j.status) == (job_type, RUNNING)
+            )
+            room = min(room, most - running)
+        rate = self.rate[job_type]
+        if rate is not None:
+            limit, period = rate
+            used = sum(n for at, n in self.claims[job_type] if at > self.now - period)
+            room = min(room, limit - used)
+        return room
+
+    def next_claim_at(self, job_type: int) -> datetime | None:
+        """When a full rate window of ``job_type`` lets a claim in again; None if it does now."""
+        rate = self.rate[job_type]
+        if rate is None:
+            return None
+        limit, period = rate
+        window = [(at, n) for at, n in self.claims[job_type] if at > self.now - period]
+        used = sum(n for _, n in window)
+        for at, n in window:
+            if used < limit:
+                break
+            used -= n
+            if used < limit:
+                return at + period
+        return None
+
     def db_rows(self) -> dict[UUID, Row]:
         rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
         return {r[0]: Row(*r) for r in rows}
@@ -236,10 +273,17 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------
 
-    @initialize()
-    def clean_database(self) -> None:
-        self.conn.execute("truncate pyjobq.job")
+    @initialize(
+        max_running=st.sampled_from([None, 1, 2]),
+        rate=st.sampled_from([None, (2, 60), (3, 5)]),
+    )
+    def clean_database(self, max_running: int | None, rate: tuple[int, int] | None) -> None:
+        """An empty queue; most examples start with limits in force (a limit on type 2's
+        RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
+        self.conn.execute("truncate pyjobq.job, pyjobq.rate_window")
         self.conn.execute("delete from pyjobq.schedule")
+        self.set_limits(1, None, rate)
+        self.set_limits(2, max_running, None)
         # Backoff jitter and the random bits of job ids: the same for a replay of this example.
         self.conn.execute("select setseed(0.5)")
         # The clock goes back to FROZEN: the claim front assumes a clock that does not go back.
@@ -299,6 +343,26 @@ class QueueMachine(RuleBasedStateMachine):
         if s is not None:
             (row,) = self.q.schedules()
             assert (row.next_fire_at, row.fired, row.misses) == (s.next_fire, s.fired, s.misses)
+
+    @rule(
+        job_type=st.sampled_from(TYPES),
+        max_running=st.sampled_from([None, 1, 2]),
+        rate=st.sampled_from([None, (2, 60), (3, 5)]),
+    )
+    def set_limits(
+        self, job_type: int, max_running: int | None, rate: tuple[int, int] | None
+    ) -> None:
+        period = None if rate is None else timedelta(seconds=rate[1])
+        self.q.type_set_limits(
+            job_type,
+            max_running,
+            rate_limit=None if rate is None else rate[0],
+            rate_period=period,
+        )
+        self.max_running[job_type] = max_running
+        self.rate[job_type] = None if rate is None or period is None else (rate[0], period)
+        if rate is None:
+            self.claims[job_type] = []  # a rate removed forgets its windows
 
     @rule(
         job_type=st.sampled_from(TYPES),
@@ -383,16 +447,31 @@ class QueueMachine(RuleBasedStateMachine):
             and j.run_after <= self.now
             and (types is None or j.job_type in types)
         ]
+        room = {t: self.room(t) for t in TYPES}
         got = self.q.claim(worker, limit, lease, types)
-        assert len(got) == min(limit, len(due))
+        # The claim walks the due jobs in claim order and takes each whose type has room.
+        takes = sum(min(room[t], sum(1 for j in due if j.job_type == t)) for t in TYPES)
+        assert len(got) == min(limit, takes)
         order = [(c.priority, c.run_after) for c in got]
         assert order == sorted(order), "claimed jobs come back in claim order"
         claimed = {c.job_id for c in got}
         assert claimed <= {j.job_id for j in due}
-        # Any order among equal (priority, run_after) is fine; a better job must not be skipped.
-        left = [(j.priority, j.run_after) for j in due if j.job_id not in claimed]
+        for t in TYPES:
+            assert sum(1 for c in got if c.job_type == t) <= room[t], "a limit was passed"
+        # Any order among equal (priority, run_after) is fine; a better job must not be skipped,
+        # unless its type had no room left.
+        full = {t for t in TYPES if sum(1 for c in got if c.job_type == t) >= room[t]}
+        left = [
+            (j.priority, j.run_after)
+            for j in due
+            if j.job_id not in claimed and j.job_type not in full
+        ]
         if got and left:
             assert max(order) <= min(left)
+        for t in TYPES:
+            taken = sum(1 for c in got if c.job_type == t)
+            if self.rate[t] is not None and taken:
+                self.claims[t].append((self.now, taken))
         for c in got:
             job = self.jobs[c.job_id]
             assert c.attempt == job.attempts + 1
@@ -674,6 +753,20 @@ class QueueMachine(RuleBasedStateMachine):
                 held = (job.job_type, job.dedupe_key)
                 assert held not in active, "two active jobs of a type share a dedupe key"
                 active.add(held)
+
+    @invariant()
+    def limits_match(self) -> None:
+        got = {row.job_type: row for row in self.q.type_limits()}
+        for job_type in TYPES:
+            rate = self.rate[job_type]
+            if self.max_running[job_type] is None and rate is None:
+                assert job_type not in got
+                continue
+            row = got[job_type]
+            assert (row.max_running, row.rate_limit, row.rate_period) == (
+                self.max_running[job_type], *(rate or (None, None)),
+            )  # fmt: skip
+            assert row.next_claim_at == self.next_claim_at(job_type)
 
     @invariant()
     def counts_match(self) -> None:

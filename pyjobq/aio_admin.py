@@ -134,12 +134,14 @@ class AsyncQueueAdmin(AsyncCalls):
         dedupe_key: str | None = None,
         on_miss: str | None = None,
         grace_seconds: int | None = None,
+        start_at: datetime | None = None,
     ) -> datetime:
         """``job_schedule_set``: create or replace the periodic job ``name``: at each tick of
         ``cron`` (five fields or an @alias) in ``time_zone`` (default UTC), a job as
         :meth:`enqueue` takes it. Ticks found more than ``grace_seconds`` (60) late are skipped
-        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Returns the next tick.
-        Admins only."""
+        (``on_miss="skip"``) or enqueue one job for all (``"catch_up"``). Ticks count from
+        ``start_at`` (default now; a start in the past makes the ticks since due). Returns the
+        next tick. Admins only."""
         params = (
             name,
             cron,
@@ -151,6 +153,7 @@ class AsyncQueueAdmin(AsyncCalls):
             dedupe_key,
             on_miss,
             grace_seconds,
+            start_at,
         )
         next_fire_at: datetime = await self._scalar(statements.SCHEDULE_SET, params)
         return next_fire_at

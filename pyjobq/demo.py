@@ -4,7 +4,10 @@ Orders are inserted into ``demo.orders`` in the same transactions as their SEARC
 OUTBOX jobs; several worker processes run the jobs, some of which fail and retry or end
 DEAD; one worker is SIGKILLed mid-run so its leases expire and are reaped. The handlers
 record each (job, attempt) they ran in ``demo.effects``, whose primary key catches any
-attempt run twice. The summary checks every job finished exactly as expected.
+attempt run twice. OUTBOX jobs carry their customer as concurrency key, under a limit of
+``OUTBOX_PER_CUSTOMER`` running at once, and a schedule fires every minute, its ticks counted
+from a minute ago so that the first is due at once. The summary checks every job finished
+exactly as expected, the limit held and each due tick fired once.
 """
 
 from __future__ import annotations
@@ -39,8 +42,14 @@ APP_NAME = "pyjobq-demo-worker"
 BATCH = 500
 # Each worker process: short leases and a quick reaper, so the killed worker's jobs come back
 # within seconds, and a short drain at the end.
-WORKER_CONFIG = WorkerConfig(lease_seconds=2, reap_interval=1, poll_interval=1, shutdown_timeout=10)
+WORKER_CONFIG = WorkerConfig(
+    lease_seconds=2, reap_interval=1, poll_interval=1, shutdown_timeout=10, schedule_interval=1
+)
 LEASE_SECONDS = WORKER_CONFIG.lease_seconds
+# Few customers, so that without the limit several of one customer's events would run at once.
+CUSTOMERS = 10
+OUTBOX_PER_CUSTOMER = 2
+SCHEDULE = "minutely"
 
 SCHEMA = """
 drop schema if exists demo cascade;
@@ -58,6 +67,8 @@ create table demo.effects (
   attempt int not null,
   job_type int not null,
   pid int not null,
+  started_at timestamptz not null default clock_timestamp(),
+  ended_at timestamptz,
   constraint effects_pkey primary key (job_id, attempt)
 );
 create table demo.duplicates (job_id uuid not null, attempt int not null, pid int not null);
@@ -65,7 +76,7 @@ create table demo.duplicates (job_id uuid not null, attempt int not null, pid in
 
 ENQUEUE_ORDERS = """
 insert into demo.orders (order_id, customer, amount, search_job, outbox_job)
-select o.id, 'customer ' || (o.id %% 97), (o.id %% 1000) / 10.0, o.search_job, o.outbox_job
+select o.id, 'customer ' || (o.id %% %s), (o.id %% 1000) / 10.0, o.search_job, o.outbox_job
   from unnest(%s::bigint[], %s::uuid[], %s::uuid[]) as o(id, search_job, outbox_job)
 """
 
@@ -93,7 +104,13 @@ _async_pool: AsyncConnectionPool | None = None
 
 # Taken by the demo for a moment, so that it can kill a worker whose handler is mid-job.
 GATE = "lock table demo.effects in exclusive mode"
-RECORD = "insert into demo.effects values (%s, %s, %s, %s) on conflict do nothing"
+RECORD = (
+    "insert into demo.effects (job_id, attempt, job_type, pid) values (%s, %s, %s, %s)"
+    " on conflict do nothing"
+)
+RECORD_END = (
+    "update demo.effects set ended_at = clock_timestamp() where job_id = %s and attempt = %s"
+)
 DUPLICATE = "insert into demo.duplicates values (%s, %s, %s)"
 
 
@@ -127,6 +144,10 @@ async def outbox(job: ClaimedJob) -> Payload:
         if cur.rowcount == 0:
             await conn.execute(DUPLICATE, (job.job_id, job.attempt, os.getpid()))
     await asyncio.sleep(0.002)
+    # When it ended, on the database's clock as when it started: the summary counts how many
+    # of a customer's events were being published at once.
+    async with _async_pool.connection() as conn:
+        await conn.execute(RECORD_END, (job.job_id, job.attempt))
     if is_rejected_outbox(order_id):
         raise DeadLetter(f"order {order_id}: recipient rejected the event")
     return {"published": order_id}
@@ -143,10 +164,14 @@ def enqueue_orders(conn: psycopg.Connection[Any], first: int, count: int) -> Non
     q = JobQueue(conn)
     ids = list(range(first, first + count))
     searches = q.enqueue_many(JobType.SEARCH, [{"order_id": i} for i in ids])
-    outboxes = q.enqueue_many(JobType.OUTBOX, [{"order_id": i, "event": "created"} for i in ids])
+    outboxes = q.enqueue_many(
+        JobType.OUTBOX,
+        [{"order_id": i, "event": "created"} for i in ids],
+        concurrency_keys=[f"customer {i % CUSTOMERS}" for i in ids],
+    )
     conn.execute(
         ENQUEUE_ORDERS,
-        (ids, [s.job_id for s in searches], [o.job_id for o in outboxes]),
+        (CUSTOMERS, ids, [s.job_id for s in searches], [o.job_id for o in outboxes]),
     )
 
 
@@ -194,12 +219,20 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
     orders = max(1, jobs // 2)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(SCHEMA)
+    q = JobQueue(conn)
+    q.type_set_limits(JobType.OUTBOX, key_max_running=OUTBOX_PER_CUSTOMER)
+    a_minute_ago = one_value(conn, "select now() - interval '1 minute'")
+    q.schedule_set(
+        SCHEDULE, "* * * * *", JobType.SEARCH, {"order_id": 0}, grace_seconds=120,
+        start_at=a_minute_ago,
+    )  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
     logs = work_dir / "workers.log"
     log_file = logs.open("wb")
     click.echo(
         f"{orders} orders -> {2 * orders} jobs (SEARCH sync handler, OUTBOX async handler), "
-        f"{workers} worker processes x {concurrency}, leases {LEASE_SECONDS}s"
+        f"{workers} worker processes x {concurrency}, leases {LEASE_SECONDS}s; OUTBOX at most"
+        f" {OUTBOX_PER_CUSTOMER} running per customer; schedule {SCHEDULE!r} every minute"
     )
     config = replace(WORKER_CONFIG, concurrency=concurrency)
     for n in range(workers):
@@ -276,7 +309,7 @@ def _drive(
         elif now - last_line >= 2:
             click.echo(line)
             last_line = now
-        if next_id > orders and finished == total:
+        if next_id > orders and finished == total and schedule_ran(conn):
             finished_at = now
             break
         if now - started > 300:
@@ -351,6 +384,50 @@ def _poll(
     return tuple(row)
 
 
+def one_value(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
+    """The first column of the row ``query`` returns, or None."""
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def schedule_ran(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the schedule has fired and every job it enqueued has finished."""
+    return bool(
+        one_value(
+            conn,
+            "select s.fired > 0 and not exists (select from pyjobq.job j"
+            " where j.payload = '{\"order_id\": 0}' and j.status in (1, 2))"
+            " from pyjobq.job_schedules() s where s.name = %s",
+            (SCHEDULE,),
+        )
+    )
+
+
+def most_at_once_per_customer(conn: psycopg.Connection[Any]) -> int:
+    """The most OUTBOX handlers of one customer that ran at once, from the times each recorded
+    (half-open: one that ended as another started did not overlap it)."""
+    return int(
+        one_value(
+            conn,
+            """
+            with events as (
+              select o.customer, e.started_at as at, 1 as step
+                from demo.effects e join demo.orders o on o.outbox_job = e.job_id
+               where e.ended_at is not null
+              union all
+              select o.customer, e.ended_at, -1
+                from demo.effects e join demo.orders o on o.outbox_job = e.job_id
+               where e.ended_at is not null
+            )
+            select coalesce(max(running), 0)
+              from (select sum(step) over (partition by customer order by at, step
+                                           rows unbounded preceding) as running
+                      from events) r
+            """,
+        )
+    )
+
+
 def _summarise(
     conn: psycopg.Connection[Any],
     metrics: list[dict[str, Any]],
@@ -361,10 +438,6 @@ def _summarise(
 ) -> bool:
     total = 2 * orders
 
-    def one(query: str, params: tuple[Any, ...] = ()) -> Any:
-        row = conn.execute(query, params).fetchone()
-        return None if row is None else row[0]
-
     tally = status_tally(conn)
     jobs_of_demo = """
         from demo.orders o join pyjobq.job j on j.job_id in (o.search_job, o.outbox_job)
@@ -372,30 +445,40 @@ def _summarise(
     expected_dead = sum(is_poison_search(i) for i in range(1, orders + 1)) + sum(
         is_rejected_outbox(i) for i in range(1, orders + 1)
     )
-    unexpected = one(
+    unexpected = one_value(
+        conn,
         "select count(*) "
         + jobs_of_demo
         + """
          where (j.status = 4) <> ((j.job_type = 1 and o.order_id %% 250 = 7)
                                   or (j.job_type = 2 and o.order_id %% 400 = 11))
-        """
+        """,
     )
     # Tries beyond the first; a claim given back at a worker's shutdown is not one.
-    retries = one("select coalesce(sum(j.attempts - j.attempts_refunded - 1), 0) " + jobs_of_demo)
-    duplicates = one("select count(*) from demo.duplicates")
-    missing_effect = one(
+    retries = one_value(
+        conn, "select coalesce(sum(j.attempts - j.attempts_refunded - 1), 0) " + jobs_of_demo
+    )
+    duplicates = one_value(conn, "select count(*) from demo.duplicates")
+    missing_effect = one_value(
+        conn,
         "select count(*) "
         + jobs_of_demo
         + """
          where j.status = 3
            and not exists (select 1 from demo.effects e
                             where e.job_id = j.job_id and e.attempt = j.attempts)
-        """
+        """,
     )
-    rolled_back = one("select count(*) from demo.orders where order_id >= 10000000")
-    rolled_back_jobs = one(
-        "select count(*) from pyjobq.job where (payload->>'order_id')::bigint >= 10000000"
+    rolled_back = one_value(conn, "select count(*) from demo.orders where order_id >= 10000000")
+    rolled_back_jobs = one_value(
+        conn, "select count(*) from pyjobq.job where (payload->>'order_id')::bigint >= 10000000"
     )
+    fired, fired_done = conn.execute(
+        "select s.fired, (select count(*) from pyjobq.job j where j.payload = '{\"order_id\": 0}'"
+        " and j.status = 3) from pyjobq.job_schedules() s where s.name = %s",
+        (SCHEDULE,),
+    ).fetchone() or (0, 0)
+    most_at_once = most_at_once_per_customer(conn)
     reaped = sum(m["reaped"] for m in metrics)
     completed = sum(m["completed"] for m in metrics)
     round_trips = sum(m["round_trips"] for m in metrics)
@@ -405,15 +488,24 @@ def _summarise(
         (unexpected == 0, f"DEAD are exactly the {expected_dead} poison/rejected jobs"),
         (duplicates == 0, "no (job, attempt) ran twice"),
         (missing_effect == 0, "every DONE job's final attempt ran its handler"),
-        (completed <= tally["done"], "no job completed twice (completions <= DONE rows)"),
+        (
+            completed <= tally["done"] + fired_done,
+            "no job completed twice (completions <= DONE rows)",
+        ),
         (rolled_back == 0 and rolled_back_jobs == 0, "rolled-back batch left no orders, no jobs"),
+        (
+            0 < most_at_once <= OUTBOX_PER_CUSTOMER,
+            f"at most {OUTBOX_PER_CUSTOMER} OUTBOX jobs of a customer ran at once ({most_at_once})",
+        ),
+        (fired == fired_done > 0, f"schedule {SCHEDULE!r} fired, one job per due tick, all DONE"),
     ]
     if kill:
         checks.append((killed is not None, "a worker was SIGKILLed while holding leases"))
     if killed is not None:
         # Once its sessions had ended, only a reaper could take these jobs from the killed worker:
         # each must have run again (a later attempt) or been dead-lettered by the reaper.
-        taken_back = one(
+        taken_back = one_value(
+            conn,
             """
             select count(*)
               from unnest(%s::uuid[], %s::int[]) as h(job_id, attempt)
@@ -441,6 +533,11 @@ def _summarise(
             "sessions ended"
         )
     click.echo(f"reaped leases     {reaped} (every reap by the surviving workers)")
+    click.echo(f"schedule          {SCHEDULE!r} fired {fired} tick(s), {fired_done} job(s) DONE")
+    click.echo(
+        f"concurrency limit OUTBOX {OUTBOX_PER_CUSTOMER} per customer, {CUSTOMERS} customers:"
+        f" at most {most_at_once} ran at once"
+    )
     if finished_by_survivors:
         per_job = round_trips / finished_by_survivors
         click.echo(f"round trips/job   {per_job:.3f} (surviving workers)")

@@ -117,7 +117,7 @@ SETTINGS: LiteralString = "select require_lease_token from pyjobq.job_settings()
 SETTINGS_SET: LiteralString = "select require_lease_token from pyjobq.job_settings_set(%s::boolean)"
 SCHEDULE_SET: LiteralString = (
     "select next_fire_at from pyjobq.job_schedule_set(%s::text, %s::text, %s::int, %s::jsonb,"
-    " %s::text, %s::int, %s::int, %s::text, %s::text, %s::int)"
+    " %s::text, %s::int, %s::int, %s::text, %s::text, %s::int, %s::timestamptz)"
 )
 SCHEDULE_DELETE: LiteralString = "select pyjobq.job_schedule_delete(%s::text)"
 SCHEDULE_PAUSE: LiteralString = "select pyjobq.job_schedule_pause(%s::text)"

@@ -77,7 +77,7 @@ begin
     pyjobq.job_settings_set(boolean),
     pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean),
     pyjobq.job_reap(int),
-    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
+    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int, timestamptz),
     pyjobq.job_schedule_delete(text),
     pyjobq.job_schedule_pause(text),
     pyjobq.job_schedule_resume(text),

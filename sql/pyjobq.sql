@@ -144,7 +144,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 17
+  select 18
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -3963,7 +3963,8 @@ create function pyjobq.job_schedule_set(
   p_max_attempts int default null,
   p_dedupe_key text default null,
   p_on_miss text default null,
-  p_grace_seconds int default null
+  p_grace_seconds int default null,
+  p_start_at timestamptz default null
 )
 returns table (name text, next_fire_at timestamptz)
 language plpgsql
@@ -3997,7 +3998,8 @@ begin
             hint = 'skip: ticks found later than p_grace_seconds enqueue nothing; catch_up: one job for all of them.';
   end if;
   perform pyjobq._check_range('p_grace_seconds', v_grace_seconds, 1, 86400);
-  v_next := pyjobq._cron_next(v_spec, v_time_zone, v_now);
+  perform pyjobq._check_time('p_start_at', p_start_at, v_now);
+  v_next := pyjobq._cron_next(v_spec, v_time_zone, coalesce(p_start_at, v_now));
   if v_next is null then
     raise exception 'p_cron matches no date within eight years'
       using errcode = '22023',
@@ -4021,12 +4023,13 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int) is
+comment on function pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int, timestamptz) is
   'Creates or replaces schedule p_name (1..200 chars): at each tick of p_cron (five fields or an @alias) in '
   'p_time_zone (default UTC) a job of type p_job_type with p_payload, p_priority, p_max_attempts and '
   'p_dedupe_key as job_enqueue takes them. Ticks found more than p_grace_seconds (1..86400, default 60) late '
   'are skipped (p_on_miss skip, the default) or enqueue one job for all of them (catch_up). The next tick is '
-  'the first after now; a paused schedule stays paused. Returns the name and the next tick.';
+  'the first after p_start_at (default now; within 100 years of now), so a start in the past makes the ticks '
+  'since then due; a paused schedule stays paused. Returns the name and the next tick.';
 
 create function pyjobq.job_schedule_delete(p_name text)
 returns boolean
@@ -4276,7 +4279,7 @@ begin
     pyjobq.job_settings_set(boolean),
     pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean),
     pyjobq.job_reap(int),
-    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int),
+    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int, timestamptz),
     pyjobq.job_schedule_delete(text),
     pyjobq.job_schedule_pause(text),
     pyjobq.job_schedule_resume(text),

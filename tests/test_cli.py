@@ -405,6 +405,11 @@ def test_schedules_are_set_listed_paused_resumed_and_deleted(dsn: str, conn: Con
     assert "minute field" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert one(conn, "select count(*) from pyjobq.job_schedules()") == 0
+    later = pyjobq(
+        "schedule", "set", "y", "0 9 * * *", "SEARCH", "--start-at", "2099-01-02T00:00:00+0000",
+        dsn=dsn,
+    )  # fmt: skip
+    assert later.stdout == "y\tnext 2099-01-02T09:00:00+00:00\n", later.stderr
 
 
 def test_enqueue_takes_a_uniqueness_window(dsn: str, conn: Conn) -> None:

@@ -76,6 +76,7 @@ def test_a_bad_field_is_refused_by_name_and_changes_nothing(
         ({"p_max_attempts": 0}, "p_max_attempts"),
         ({"p_name": " "}, "p_name"),
         ({"p_payload": "[1]"}, "p_payload"),
+        ({"p_start_at": "2300-01-01 00:00:00+00"}, "p_start_at"),
     ],
 )
 def test_bad_arguments_get_22023_naming_them(conn: Conn, args: dict[str, Any], named: str) -> None:
@@ -205,6 +206,25 @@ def test_late_ticks_are_skipped_or_caught_up_once(conn: Conn) -> None:
     assert schedule(conn, "skip")["next_fire_at"] == START + timedelta(hours=6)
     assert (schedule(conn, "skip")["misses"], schedule(conn, "catch")["misses"]) == (1, 1)
     assert [n for n, *_ in tick(conn, START + timedelta(hours=6))] == ["catch", "skip"]
+
+
+def test_ticks_count_from_the_start_given(conn: Conn) -> None:
+    """A start in the past makes the ticks since due at once, under the schedule's grace; a
+    start to come holds the first tick until after it."""
+    freeze(conn, START + timedelta(seconds=30))
+    (_, first) = one_row(
+        conn,
+        "select * from pyjobq.job_schedule_set('now', '* * * * *', 1, p_start_at => %s)",
+        (START - timedelta(seconds=30),),
+    )
+    assert first == START
+    assert tick(conn, START + timedelta(seconds=30)) == [("now", START, True, False)]
+    (_, later) = one_row(
+        conn,
+        "select * from pyjobq.job_schedule_set('later', '0 9 * * *', 1, p_start_at => %s)",
+        (START + timedelta(days=3),),
+    )
+    assert later == START + timedelta(days=3, hours=9)
 
 
 def test_a_dedupe_key_keeps_one_active_job_per_schedule(conn: Conn) -> None:

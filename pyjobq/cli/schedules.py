@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
 from pyjobq.cli.common import dsn_option, parse_json_object, queue, resolve_type
@@ -31,6 +33,11 @@ def schedule() -> None:
 @click.option(
     "--grace", "grace_seconds", type=int, help="seconds late a tick still fires  [default: 60]"
 )
+@click.option(
+    "--start-at",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]),
+    help="count ticks from this time, e.g. 2030-01-01T00:00:00+00:00  [default: now]",
+)
 def set_(
     dsn: str | None,
     name: str,
@@ -43,6 +50,7 @@ def set_(
     dedupe_key: str | None,
     on_miss: str | None,
     grace_seconds: int | None,
+    start_at: datetime | None,
 ) -> None:
     """Create or replace schedule NAME: at each tick of CRON (five fields, quoted, or an @alias)
     a JOB_TYPE job (code or name) with PAYLOAD (a JSON object). Prints the next tick."""
@@ -51,7 +59,7 @@ def set_(
         code = resolve_type(q, job_type)
         next_fire_at = q.schedule_set(
             name, cron, code, body, time_zone, priority, max_attempts, dedupe_key, on_miss,
-            grace_seconds,
+            grace_seconds, start_at,
         )  # fmt: skip
     click.echo(f"{name}\tnext {next_fire_at.isoformat()}")
 

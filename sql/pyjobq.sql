@@ -144,7 +144,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 18
+  select 19
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2211,6 +2211,35 @@ comment on function pyjobq._rate_record(smallint, text, interval, timestamptz, i
   'Adds a claim of p_count jobs at p_at to the rate window of type p_job_type and key p_key ('''': the type''s '
   'own), dropping the entries older than p_period. The caller holds the window''s advisory lock.';
 
+create function pyjobq._rate_record_taken(p_taken jsonb, p_at timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_w record;
+begin
+  for v_w in
+    select e.key, -e.value::int as n, t.job_type, t.rate_period, t.key_rate_period
+      from jsonb_each_text(p_taken) e
+      join pyjobq.job_type t on t.job_type = split_part(e.key, '/', 1)::smallint
+     where e.value::int < 0
+  loop
+    if position('/' in v_w.key) = 0 then
+      perform pyjobq._rate_record(v_w.job_type, '', v_w.rate_period, p_at, v_w.n);
+    else
+      perform pyjobq._rate_record(v_w.job_type, substr(v_w.key, position('/' in v_w.key) + 1),
+                                  v_w.key_rate_period, p_at, v_w.n);
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._rate_record_taken(jsonb, timestamptz) is
+  'Adds a claim at p_at to the rate windows it counts in: p_taken holds, by "type" and "type/key", 0 minus '
+  'the jobs the claim took (entries at 0 took none).';
+
 create function pyjobq.job_type_limits()
 returns table (
   job_type int,
@@ -2356,6 +2385,33 @@ begin
     end if;
   end loop;
 
+  -- No limit can bind within this claim: no key has one, no type is fair, and
+  -- every limited type has room for all p_limit jobs. Then the claim is the
+  -- plain one, set-based and resuming from the session's claim front, at the
+  -- claim's time; the rates count what it took. (A type limit that never binds
+  -- costs its lock and its count, not the walk below.)
+  if v_keyed = '{}'
+     and not exists (select from jsonb_each_text(v_room) r where r.value::int < p_limit)
+     and not exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share) then
+    for v_row in select * from pyjobq._claim_pick(p_worker_id, p_types, p_limit, p_lease, v_at) loop
+      v_taken := pyjobq._count_down(v_taken, v_row.job_type::text, null);
+      job_id := v_row.job_id;
+      job_type := v_row.job_type;
+      priority := v_row.priority;
+      payload := v_row.payload;
+      attempt := v_row.attempt;
+      max_attempts := v_row.max_attempts;
+      dedupe_key := v_row.dedupe_key;
+      run_after := v_row.run_after;
+      lease_until := v_row.lease_until;
+      created_at := v_row.created_at;
+      lease_token := v_row.lease_token;
+      return next;
+    end loop;
+    perform pyjobq._rate_record_taken(v_taken, v_at);
+    return;
+  end if;
+
   -- Two streams of due jobs: in claim order, and the fair-share jobs in their
   -- turns (job.fair_rank); the more urgent priority first, and taking turns
   -- within one.
@@ -2467,20 +2523,7 @@ begin
   close v_plain;
   close v_fair;
 
-  -- The claims the rates count (v_taken holds minus the jobs taken).
-  for v_w in
-    select e.key, -e.value::int as n, t.job_type, t.rate_period, t.key_rate_period
-      from jsonb_each_text(v_taken) e
-      join pyjobq.job_type t on t.job_type = split_part(e.key, '/', 1)::smallint
-     where e.value::int < 0
-  loop
-    if position('/' in v_w.key) = 0 then
-      perform pyjobq._rate_record(v_w.job_type, '', v_w.rate_period, v_at, v_w.n);
-    else
-      perform pyjobq._rate_record(v_w.job_type, substr(v_w.key, position('/' in v_w.key) + 1),
-                                  v_w.key_rate_period, v_at, v_w.n);
-    end if;
-  end loop;
+  perform pyjobq._rate_record_taken(v_taken, v_at);
 end;
 $$;
 

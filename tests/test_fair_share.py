@@ -97,49 +97,49 @@ def test_a_small_key_is_not_held_behind_a_big_backlog(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
     """Four sessions drain a key of 10,000 jobs in claims of 10; once a fifth of it is done,
-    a key of 10 jobs arrives. Its first job is taken within the next 50 jobs claimed (the 40
-    that claims under way when it came may take, and the next claim's), and all 10 within 100,
-    while most of the backlog still waits: counted in the order the claims recorded their jobs,
-    not in time."""
+    a key of 10 jobs arrives. Of the claims that began after it had arrived, those that began
+    before the first claim to take one of its jobs took at most 30 jobs: a claim can pass the
+    small key's jobs over only while claims that began after it hold them, one per session at
+    most. All 10 are claimed while more than 7,000 of the backlog still wait. Times are the
+    database's: when each claim statement began (run_started_at)."""
     fair(conn)
     enqueue(conn, ["big"] * 10000)
+    arrived: list[Any] = []
 
     def producer() -> None:
         with make_conn() as c:
             while one(c, "select count(*) from pyjobq.job where status = 3") < 2000:
                 pass
             enqueue(c, ["small"] * 10)
-            # Committed: every claim from here on sees them.
-            c.execute("create table public.arrival as select nextval('public.claim_order') as at")
+            # Committed: every claim that begins from here on sees them.
+            arrived.append(one(c, "select clock_timestamp()"))
 
     def drainer(n: int) -> None:
         with make_conn() as c:
-            while True:
-                with c.transaction():
-                    ids = c.execute(
-                        "select job_id from pyjobq.job_claim(%s, 10)", (f"w{n}",)
-                    ).fetchall()
-                    if not ids:
-                        return
-                    c.execute(
-                        "insert into public.claimed select job_id, nextval('public.claim_order')"
-                        " from unnest(%s::uuid[]) job_id",
-                        ([i for (i,) in ids],),
-                    )
+            while ids := [
+                i for (i,) in c.execute("select job_id from pyjobq.job_claim(%s, 10)", (f"w{n}",))
+            ]:
                 c.execute(
                     "select pyjobq.job_complete_many(%s, %s, array_fill(1, array[%s]))",
-                    (f"w{n}", [i for (i,) in ids], len(ids)),
+                    (f"w{n}", ids, len(ids)),
                 )
 
-    conn.execute("create sequence public.claim_order")
-    conn.execute("create table public.claimed (job_id uuid primary key, at bigint not null)")
     run_threads([producer, *(functools.partial(drainer, n) for n in range(4))])
-    arrival = one(conn, "select at from public.arrival")
-    firsts = conn.execute(
-        "select min(c.at), max(c.at) from public.claimed c join pyjobq.job j using (job_id)"
-        " where j.concurrency_key = 'small'"
-    ).fetchone()
-    assert firsts is not None
-    assert firsts[0] - arrival <= 50
-    assert firsts[1] - arrival <= 100
+    first, last = conn.execute(
+        "select min(run_started_at), max(run_started_at) from pyjobq.job"
+        " where concurrency_key = 'small'"
+    ).fetchone() or (None, None)
+    passed_over = one(
+        conn,
+        "select count(*) from pyjobq.job where concurrency_key = 'big'"
+        " and run_started_at > %s and run_started_at < %s",
+        (arrived[0], first),
+    )
+    assert passed_over <= 30
+    waiting = one(
+        conn,
+        "select count(*) from pyjobq.job where concurrency_key = 'big' and run_started_at > %s",
+        (last,),
+    )
+    assert waiting > 7000
     assert one(conn, "select count(*) from pyjobq.job where status = 3") == 10010

@@ -104,27 +104,50 @@ def test_a_blank_or_long_concurrency_key_is_refused(conn: Conn) -> None:
     assert table_snapshot(conn) == before
 
 
+MOST_AT_ONCE = """
+with events as (
+  select job_type, concurrency_key, started_at as at, 1 as step from public.runs
+  union all
+  select job_type, concurrency_key, ended_at, -1 from public.runs
+)
+select coalesce(max(running), 0)
+  from (select sum(step) over (partition by job_type, {scope} order by at, step
+                               rows unbounded preceding) as running
+          from events {where}) r
+"""
+
+
 @pytest.mark.slow
 def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_die(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
     """Eight sessions claim in batches and complete, fail, release, cancel, abandon (a lease of
-    a second, which a reaper takes back) or die (terminated with their claim uncommitted),
-    while another reads every committed state it can: RUNNING per type never above 5, per key
-    never above 2, on type 1 (both limits) and type 2 (per key)."""
+    a second, which a reaper takes back) or die (terminated with their claim uncommitted). Each
+    run is recorded on the database's clock: its start in the claim's transaction after the
+    claim, its end in the transaction that ends it (the reaper's, for an abandoned one), so
+    that each recorded run lies within the time its job was RUNNING. The most runs at once:
+    of type 1, never above 5, and of a key, never above 2, on type 1 (both limits) and type 2
+    (per key)."""
     set_limits(conn, 1, 5, 2)
     set_limits(conn, 2, None, 2)
     keys = [f"k{i}" for i in range(6)]
     for job_type in (1, 2):
         enqueue_keyed(conn, [random.choice(keys) for _ in range(600)], job_type)
+    conn.execute(
+        "create table public.runs (job_id uuid, attempt int, job_type int, concurrency_key text,"
+        " started_at timestamptz not null, ended_at timestamptz, primary key (job_id, attempt))"
+    )
+    end_runs = (
+        "update public.runs set ended_at = clock_timestamp()"
+        " where job_id = any(%s) and ended_at is null"
+    )
     stop = threading.Event()
-    seen: list[tuple[int, int]] = []  # the highest count per (type) and per (type, key) seen
 
     def claimer(n: int) -> None:
         rng = random.Random(n)
         c = make_conn()
         worker = f"w{n}"
-        while not stop.is_set():
+        while True:
             fate = rng.random()
             lease = 1 if 0.3 <= fate < 0.35 else 300
             c.execute("begin")
@@ -135,6 +158,11 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
                     (worker, rng.randint(1, 4), lease),
                 ).fetchall()
             ]
+            c.execute(
+                "insert into public.runs select job_id, attempts, job_type, concurrency_key,"
+                " clock_timestamp() from pyjobq.job where job_id = any(%s)",
+                ([j for j, _ in jobs],),
+            )
             if not jobs:
                 c.execute("commit")
                 # Nothing with room now: others hold the rest, or it is all done.
@@ -142,7 +170,7 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
                     return
                 continue
             if fate < 0.05:
-                # Dies holding its claims uncommitted: the claims roll back.
+                # Dies holding its claims uncommitted: the claims, and their runs, roll back.
                 with make_conn() as killer:
                     killer.execute("select pg_terminate_backend(%s)", (c.info.backend_pid,))
                 c = make_conn()
@@ -151,49 +179,41 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
             if lease == 1:
                 continue  # abandoned: the reaper takes the jobs back
             if 0.35 <= fate < 0.42:
-                c.execute("select pyjobq.job_cancel(%s)", ([j for j, _ in jobs],))
+                with c.transaction():
+                    c.execute(end_runs, ([j for j, _ in jobs],))
+                    c.execute("select pyjobq.job_cancel(%s)", ([j for j, _ in jobs],))
                 continue
             for job in jobs:
-                if fate < 0.15:
-                    c.execute("select pyjobq.job_release(%s, %s, %s)", (job[0], worker, job[1]))
-                elif fate < 0.3:
-                    c.execute(
-                        "select pyjobq.job_fail(%s, %s, %s, 'x', 0)", (job[0], worker, job[1])
-                    )
-                else:
-                    complete(c, job, worker)
-
-    def monitor() -> None:
-        c = make_conn()
-        while not stop.is_set():
-            per_type = c.execute(
-                "select coalesce(max(n), 0) from (select count(*) n from pyjobq.job"
-                " where status = 2 and job_type = 1) s"
-            ).fetchone()
-            per_key = c.execute(
-                "select coalesce(max(n), 0) from (select count(*) n from pyjobq.job"
-                " where status = 2 group by job_type, concurrency_key) s"
-            ).fetchone()
-            assert per_type is not None
-            assert per_key is not None
-            seen.append((per_type[0], per_key[0]))
+                with c.transaction():
+                    c.execute(end_runs, ([job[0]],))
+                    if fate < 0.15:
+                        c.execute("select pyjobq.job_release(%s, %s, %s)", (job[0], worker, job[1]))
+                    elif fate < 0.3:
+                        c.execute(
+                            "select pyjobq.job_fail(%s, %s, %s, 'x', 0)", (job[0], worker, job[1])
+                        )
+                    else:
+                        complete(c, job, worker)
 
     def reaper() -> None:
         c = make_conn()
         while not stop.is_set():
-            c.execute("select count(*) from pyjobq.job_reap()")
+            with c.transaction():
+                reaped = c.execute("select job_id from pyjobq.job_reap()").fetchall()
+                c.execute(end_runs, ([j for (j,) in reaped],))
 
-    watchers = [threading.Thread(target=monitor), threading.Thread(target=reaper)]
-    for w in watchers:
-        w.start()
+    watcher = threading.Thread(target=reaper)
+    watcher.start()
     try:
         run_threads([functools.partial(claimer, n) for n in range(8)])
     finally:
         stop.set()
-        for w in watchers:
-            w.join()
-    assert seen, "the monitor read nothing"
-    assert max(t for t, _ in seen) <= 5
-    assert max(k for _, k in seen) <= 2
-    # Limited, the drain still took every job to its end.
+        watcher.join()
+    # Limited, the drain still took every job to its end, and every run ended.
     assert one(conn, "select count(*) from pyjobq.job where status in (1, 2)") == 0
+    assert one(conn, "select count(*) from public.runs where ended_at is null") == 0
+    assert one(conn, "select count(*) from public.runs") > 1200
+    per_type = MOST_AT_ONCE.format(scope="0", where="where job_type = 1")
+    per_key = MOST_AT_ONCE.format(scope="concurrency_key", where="")
+    assert one(conn, per_type) <= 5
+    assert one(conn, per_key) <= 2

@@ -210,7 +210,8 @@ class QueueMachine(RuleBasedStateMachine):
         return {j.job_id for j in ended if j.updated_at == last}
 
     def room(self, job_type: int) -> float:
-        """How many more jobs of ``job_type`` a claim may take now: its limits' least room."""
+        """How many more jobs of ``job_type`` a claim may take now: its limits' least room, none
+        when a lowered limit leaves more RUNNING than it allows."""
         room = float("inf")
         most = self.max_running[job_type]
         if most is not None:
@@ -223,7 +224,7 @@ class QueueMachine(RuleBasedStateMachine):
             limit, period = rate
             used = sum(n for at, n in self.claims[job_type] if at > self.now - period)
             room = min(room, limit - used)
-        return room
+        return max(0, room)
 
     def next_claim_at(self, job_type: int) -> datetime | None:
         """When a full rate window of ``job_type`` lets a claim in again; None if it does now."""

@@ -166,7 +166,14 @@ declare
   v_ended uuid;
 begin
   if p_unique_for is not null then
-    v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
+    -- An active job with the key is the duplicate first: the one a window-less
+    -- enqueue returns, and the one whose outcome is still to come.
+    select a.job_id into v_id
+      from pyjobq.job a
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+    if v_id is null then
+      v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
+    end if;
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -209,8 +216,8 @@ $$;
 
 comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
-  'p_dedupe_key, or with p_unique_for one that ended within that window (created false); voids claim fronts '
-  'and announces as every enqueue does.';
+  'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
+  'voids claim fronts and announces as every enqueue does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,

@@ -71,6 +71,23 @@ def test_dead_and_cancelled_jobs_count_and_other_types_do_not(conn: Conn) -> Non
     assert other != cancelled
 
 
+def test_an_active_job_with_the_key_comes_before_one_that_ended(conn: Conn) -> None:
+    """A job of the key ended within the window and another is active: the active one is the
+    duplicate a window-less enqueue would return, and the one whose outcome is still to come."""
+    freeze(conn, FROZEN)
+    ended, _ = enqueue(conn, "k", None)
+    conn.execute("select pyjobq.job_cancel(array[%s::uuid])", (ended,))
+    active, created = enqueue(conn, "k", None)
+    assert created
+    assert enqueue(conn, "k", HOUR) == (active, False)
+    got = conn.execute(
+        "select job_id, created from pyjobq.job_enqueue_many(1, array['{}'::jsonb],"
+        " array['k'], p_unique_for => %s)",
+        (HOUR,),
+    ).fetchall()
+    assert got == [(active, False)]
+
+
 def test_enqueue_many_applies_the_window_to_rows_with_a_key(conn: Conn) -> None:
     freeze(conn, FROZEN)
     ended, _ = enqueue(conn, "a", None)
@@ -111,21 +128,21 @@ def test_a_window_out_of_range_or_without_a_key_is_refused(
 def test_a_holder_ending_while_the_enqueue_waits_for_it_still_counts(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
-    """The active job's completion is uncommitted when the enqueue inserts: the insert waits
-    on the key, and proceeds when the completion commits. The enqueue must then find the job
-    that just ended and undo its insert."""
-    freeze(conn, FROZEN)
-    holder, _ = enqueue(conn, "k", None)
-    ((job_id, attempt),) = claim(conn, "w1", 1)
+    """Another session's transaction enqueues the key, runs the job and completes it, and has
+    not committed: the enqueue sees no job with the key, active or ended, and its insert waits
+    on the key. When that transaction commits the key is free, the insert goes through, and
+    the enqueue must then find the job that just ended and undo its insert."""
     finisher, enqueuer = make_conn(), make_conn()
     freeze(enqueuer, FROZEN)
-    finisher.execute("begin")
     freeze(finisher, FROZEN)
+    finisher.execute("begin")
+    holder, _ = enqueue(finisher, "k", None)
+    ((job_id, attempt),) = claim(finisher, "w1", 1)
     finisher.execute("select pyjobq.job_complete(%s, 'w1', %s)", (job_id, attempt))
     got: list[tuple[Any, bool]] = []
     waiting = threading.Thread(target=lambda: got.append(enqueue(enqueuer, "k", HOUR)))
     waiting.start()
-    wait_for_lock_wait(conn, enqueuer, "the enqueue waiting on the completing holder's key")
+    wait_for_lock_wait(conn, enqueuer, "the enqueue waiting on the other transaction's key")
     finisher.execute("commit")
     waiting.join(10)
     assert got == [(holder, False)]

@@ -279,6 +279,8 @@ declare
   v_key text;
   v_row record;
   v_claimed int := 0;
+  v_ids uuid[];
+  v_mine text[];
 begin
   for v_type in
     select t.job_type, t.max_running, t.rate_limit
@@ -349,6 +351,115 @@ begin
     end loop;
     perform pyjobq._rate_record_taken(v_taken, v_at);
     return;
+  end if;
+
+  -- Keys with a limit on their RUNNING jobs and nothing else in the way (no key
+  -- rate, no fair share): the first due jobs, a few times what the claim wants,
+  -- are taken in one pass. One statement tries their keys' locks; the next,
+  -- whose snapshot follows the locks, counts the keys' RUNNING jobs, picks the
+  -- jobs their key and type have room for, in claim order, and leases them.
+  -- What the pass could not fill, the walk below takes on from the head (its
+  -- counts see what the pass took).
+  if v_keyed <> '{}'
+     and not exists (select from jsonb_each(v_keyed) k where k.value ->> 'rate' is not null)
+     and not exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share) then
+    select array_agg(c.job_id order by c.ord),
+           array_agg(distinct c.job_type || '/' || c.concurrency_key)
+             filter (where case when c.concurrency_key is not null and v_keyed ? c.job_type::text
+                                then pg_try_advisory_xact_lock(-c.job_type, hashtext(c.concurrency_key))
+                                else false end)
+      into v_ids, v_mine
+      from (select d.job_id, d.job_type, d.concurrency_key, row_number() over () as ord
+              from (select d.job_id, d.job_type, d.concurrency_key
+                      from pyjobq.job d
+                     where d.status = 1
+                       and d.run_after <= p_now
+                       and d.job_type = any (p_types)
+                       and d.fair_rank is null
+                     order by d.priority, d.run_after, d.seq
+                     limit 4 * p_limit) d) c;
+    for v_row in
+      with cand as (
+        select u.ord, j.job_id, j.job_type, j.concurrency_key,
+               j.job_type || '/' || j.concurrency_key as key
+          from unnest(v_ids) with ordinality u(job_id, ord)
+          join pyjobq.job j on j.job_id = u.job_id and j.status = 1
+      ),
+      room as (
+        select k.key, (v_keyed -> split_part(k.key, '/', 1) ->> 'max')::int - (
+                 select count(*)
+                   from pyjobq.job r
+                  where r.status = 2
+                    and r.concurrency_key is not null
+                    and r.job_type = split_part(k.key, '/', 1)::smallint
+                    and r.concurrency_key = substr(k.key, position('/' in k.key) + 1)) as left_
+          from unnest(v_mine) k(key)
+      ),
+      by_key as (
+        select c.*, row_number() over (partition by c.key order by c.ord) as nth
+          from cand c
+      ),
+      keyed as (
+        select b.*
+          from by_key b
+          left join room r on r.key = b.key
+         where b.concurrency_key is null
+            or not v_keyed ? b.job_type::text
+            or b.nth <= r.left_
+      ),
+      typed as (
+        select k.*, row_number() over (partition by k.job_type order by k.ord) as nth_of_type
+          from keyed k
+      ),
+      picked as (
+        select t.job_id
+          from typed t
+         where t.nth_of_type <= coalesce((v_room ->> t.job_type::text)::int, p_limit)
+         order by t.ord
+         limit p_limit
+      ),
+      locked as (
+        select l.job_id from pyjobq.job l
+         where l.job_id in (select p.job_id from picked p) and l.status = 1
+           for update skip locked
+      ),
+      claimed as (
+        update pyjobq.job j
+           set status = 2,
+               attempts = j.attempts + 1,
+               worker_id = p_worker_id,
+               lease_token = gen_random_uuid(),
+               lease_until = v_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
+               run_started_at = v_at,
+               updated_at = v_at
+          from locked l, pyjobq.job_type t
+         where j.job_id = l.job_id
+           and t.job_type = j.job_type
+        returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
+                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq
+      )
+      select c.* from claimed c order by c.priority, c.run_after, c.seq
+    loop
+      v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
+      v_taken := pyjobq._count_down(v_taken, v_row.job_type::text, null);
+      job_id := v_row.job_id;
+      job_type := v_row.job_type;
+      priority := v_row.priority;
+      payload := v_row.payload;
+      attempt := v_row.attempts;
+      max_attempts := v_row.max_attempts;
+      dedupe_key := v_row.dedupe_key;
+      run_after := v_row.run_after;
+      lease_until := v_row.lease_until;
+      created_at := v_row.created_at;
+      lease_token := v_row.lease_token;
+      return next;
+      v_claimed := v_claimed + 1;
+    end loop;
+    if v_claimed >= p_limit or coalesce(cardinality(v_ids), 0) < 4 * p_limit then
+      perform pyjobq._rate_record_taken(v_taken, v_at);
+      return;
+    end if;
   end if;
 
   -- Two streams of due jobs: in claim order, and the fair-share jobs in their

@@ -121,8 +121,9 @@ select coalesce(max(running), 0)
 def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_die(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
-    """Eight sessions claim in batches and complete, fail, release, cancel, abandon (a lease of
-    a second, which a reaper takes back) or die (terminated with their claim uncommitted). Each
+    """Eight sessions claim in batches (half of them type 2 alone) and complete, fail, release,
+    cancel, abandon (a lease of a second, which a reaper takes back) or die (terminated with
+    their claim uncommitted). Each
     run is recorded on the database's clock: its start in the claim's transaction after the
     claim, its end in the transaction that ends it (the reaper's, for an abandoned one), so
     that each recorded run lies within the time its job was RUNNING. The most runs at once:
@@ -147,6 +148,9 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
         rng = random.Random(n)
         c = make_conn()
         worker = f"w{n}"
+        # Half claim type 2 alone: claims of type 1 take its type lock, one at a time, and
+        # would keep type 2's keys from ever being claimed at once.
+        types = [2] if n % 2 else None
         while True:
             fate = rng.random()
             lease = 1 if 0.3 <= fate < 0.35 else 300
@@ -154,8 +158,8 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
             jobs = [
                 (job_id, attempt)
                 for job_id, attempt in c.execute(
-                    "select job_id, attempt from pyjobq.job_claim(%s, %s, %s)",
-                    (worker, rng.randint(1, 4), lease),
+                    "select job_id, attempt from pyjobq.job_claim(%s, %s, %s, %s)",
+                    (worker, rng.randint(1, 4), lease, types),
                 ).fetchall()
             ]
             c.execute(

@@ -1,8 +1,9 @@
--- Concurrency limits ----------------------------------------------------------
+-- Limits ----------------------------------------------------------------------
 --
--- An admin gives a job type a limit on its RUNNING jobs, in all and per
--- concurrency key (a customer, a tenant, an account: job_enqueue's
--- p_concurrency_key); job_claim keeps them through _claim_limited.
+-- An admin gives a job type limits on its RUNNING jobs and on its claims per
+-- period, in all and per concurrency key (a customer, a tenant, an account:
+-- job_enqueue's p_concurrency_key), or fair share across its keys;
+-- job_claim keeps them through _claim_limited.
 
 create function pyjobq.job_type_set_limits(
   p_job_type int,

@@ -302,10 +302,12 @@ class AsyncJobQueue(AsyncQueueAdmin):
         oldest_first: bool | None = None,
         after: UUID | None = None,
         limit: int | None = None,
+        error: str | None = None,
     ) -> list[JobSummary]:
         """``job_list``: a page of jobs, newest first unless ``oldest_first``; pass the last
-        ``job_id`` of a page as ``after`` for the next one. (Not ``list``: that would shadow the
-        builtin in this class's annotations.)"""
+        ``job_id`` of a page as ``after`` for the next one. ``error`` keeps the jobs whose last
+        error contains it, in any case. (Not ``list``: that would shadow the builtin in this
+        class's annotations.)"""
         params = (
             await self._code(job_type),
             status,
@@ -315,6 +317,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             oldest_first,
             after,
             limit,
+            error,
         )
         return await self._rows(JobSummary, statements.LIST, params)
 

@@ -1,5 +1,6 @@
 """``AsyncQueueAdmin``: the asyncio binding of the pyjobq functions that set a queue up and
-administer it: job types, per-type grants, policies and limits, settings, schedules.
+administer it: job types, per-type grants, policies and limits, settings, schedules, and what
+happened (throughput, workers, the audit log).
 
 The base of :class:`pyjobq.aio.AsyncJobQueue`; ``scripts/async_to_sync.py`` writes the
 synchronous ``pyjobq/queue_admin.py`` from it.
@@ -13,19 +14,22 @@ from pyjobq import statements
 from pyjobq.aio_calls import AsyncCalls
 from pyjobq.params import Payload, jsonb
 from pyjobq.rows import (
+    AuditLine,
     Fired,
     JobTypeInfo,
+    MinuteCount,
     RegisteredType,
     Schedule,
     Settings,
     TypeGrant,
     TypeLimit,
     TypePolicy,
+    WorkerSeen,
 )
 
 
 class AsyncQueueAdmin(AsyncCalls):
-    """Job types, grants, policies, limits, settings and schedules; see AsyncJobQueue."""
+    """Job types, grants, policies, limits, settings, schedules and activity; see AsyncJobQueue."""
 
     async def type_register(self, job_type: int, name: str) -> RegisteredType:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
@@ -182,6 +186,21 @@ class AsyncQueueAdmin(AsyncCalls):
         """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
         many call it at once; one :class:`Fired` per job enqueued."""
         return await self._rows(Fired, statements.SCHEDULE_TICK, ())
+
+    async def throughput(self, minutes: int | None = None) -> list[MinuteCount]:
+        """``job_throughput``: jobs completed, retried and dead in each of the last ``minutes``
+        minutes (default 60) per type; minutes with none are left out."""
+        return await self._rows(MinuteCount, statements.THROUGHPUT, (minutes,))
+
+    async def workers(self, within: timedelta | None = None) -> list[WorkerSeen]:
+        """``job_workers``: the workers that finished a job within ``within`` (default 5
+        minutes) or hold one now."""
+        return await self._rows(WorkerSeen, statements.WORKERS, (within,))
+
+    async def audit(self, before: int | None = None, limit: int | None = None) -> list[AuditLine]:
+        """``job_audit``: the audit log of cancels, redrives and prunes, newest first; pass the
+        last ``audit_id`` of a page as ``before`` for the next."""
+        return await self._rows(AuditLine, statements.AUDIT, (before, limit))
 
     async def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

@@ -298,10 +298,12 @@ class JobQueue(QueueAdmin):
         oldest_first: bool | None = None,
         after: UUID | None = None,
         limit: int | None = None,
+        error: str | None = None,
     ) -> list[JobSummary]:
         """``job_list``: a page of jobs, newest first unless ``oldest_first``; pass the last
-        ``job_id`` of a page as ``after`` for the next one. (Not ``list``: that would shadow the
-        builtin in this class's annotations.)"""
+        ``job_id`` of a page as ``after`` for the next one. ``error`` keeps the jobs whose last
+        error contains it, in any case. (Not ``list``: that would shadow the builtin in this
+        class's annotations.)"""
         params = (
             self._code(job_type),
             status,
@@ -311,6 +313,7 @@ class JobQueue(QueueAdmin):
             oldest_first,
             after,
             limit,
+            error,
         )
         return self._rows(JobSummary, statements.LIST, params)
 

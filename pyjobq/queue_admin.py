@@ -9,19 +9,22 @@ from pyjobq import statements
 from pyjobq.params import Payload, jsonb
 from pyjobq.queue_calls import Calls
 from pyjobq.rows import (
+    AuditLine,
     Fired,
     JobTypeInfo,
+    MinuteCount,
     RegisteredType,
     Schedule,
     Settings,
     TypeGrant,
     TypeLimit,
     TypePolicy,
+    WorkerSeen,
 )
 
 
 class QueueAdmin(Calls):
-    """Job types, grants, policies, limits, settings and schedules; see JobQueue."""
+    """Job types, grants, policies, limits, settings, schedules and activity; see JobQueue."""
 
     def type_register(self, job_type: int, name: str) -> RegisteredType:
         """``job_type_register``: register an application job type code (1..32767) and its name."""
@@ -178,6 +181,21 @@ class QueueAdmin(Calls):
         """``job_schedule_tick``: enqueue every due tick of every schedule exactly once, however
         many call it at once; one :class:`Fired` per job enqueued."""
         return self._rows(Fired, statements.SCHEDULE_TICK, ())
+
+    def throughput(self, minutes: int | None = None) -> list[MinuteCount]:
+        """``job_throughput``: jobs completed, retried and dead in each of the last ``minutes``
+        minutes (default 60) per type; minutes with none are left out."""
+        return self._rows(MinuteCount, statements.THROUGHPUT, (minutes,))
+
+    def workers(self, within: timedelta | None = None) -> list[WorkerSeen]:
+        """``job_workers``: the workers that finished a job within ``within`` (default 5
+        minutes) or hold one now."""
+        return self._rows(WorkerSeen, statements.WORKERS, (within,))
+
+    def audit(self, before: int | None = None, limit: int | None = None) -> list[AuditLine]:
+        """``job_audit``: the audit log of cancels, redrives and prunes, newest first; pass the
+        last ``audit_id`` of a page as ``before`` for the next."""
+        return self._rows(AuditLine, statements.AUDIT, (before, limit))
 
     def schema_version(self) -> int:
         """``schema_version``: the version of the pyjobq schema in this database."""

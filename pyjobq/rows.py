@@ -319,3 +319,44 @@ class Fired:
     job_id: UUID
     created: bool
     catch_up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCount:
+    """A row of ``job_throughput``: the jobs of one type that left RUNNING in one minute."""
+
+    minute: datetime
+    job_type: int
+    job_type_name: str
+    completed: int
+    retried: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSeen:
+    """A row of ``job_workers``: a worker that finished jobs lately or holds some now."""
+
+    worker_id: str
+    seen_at: datetime
+    running: int
+    completed: int
+    retried: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class AuditLine:
+    """A row of ``job_audit``: an operator action that changed jobs.
+
+    ``role`` is the login role the database saw; ``actor`` is who the client said it acted
+    for (the setting ``pyjobq.actor``), which nothing vouches for.
+    """
+
+    audit_id: int
+    at: datetime
+    role: str
+    actor: str | None
+    action: str
+    jobs: int
+    detail: dict[str, Any]

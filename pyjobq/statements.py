@@ -81,12 +81,24 @@ LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"
     " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
-    " %s::boolean, %s::uuid, %s::int)"
+    " %s::boolean, %s::uuid, %s::int, %s::text)"
 )
 WATCH: LiteralString = "select job_id, status, status_name from pyjobq.job_watch(%s::uuid[])"
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
+THROUGHPUT: LiteralString = (
+    "select minute, job_type, job_type_name, completed, retried, dead"
+    " from pyjobq.job_throughput(%s::int)"
+)
+WORKERS: LiteralString = (
+    "select worker_id, seen_at, running, completed, retried, dead"
+    " from pyjobq.job_workers(%s::interval)"
+)
+AUDIT: LiteralString = (
+    "select audit_id, at, role, actor, action, jobs, detail"
+    " from pyjobq.job_audit(%s::bigint, %s::int)"
+)
 TYPE_REGISTER: LiteralString = (
     "select job_type, name, created from pyjobq.job_type_register(%s::int, %s::text)"
 )

@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 21
+  select 22
 $$;
 
 comment on function pyjobq.schema_version() is

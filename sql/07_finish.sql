@@ -17,6 +17,7 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
+  v_job_type smallint;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -31,10 +32,12 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
-     and (j.lease_token = p_lease_token or p_lease_token is null);
+     and (j.lease_token = p_lease_token or p_lease_token is null)
+  returning j.job_type into v_job_type;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
 end;
 $$;
 
@@ -107,7 +110,11 @@ begin
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts
+    returning j.job_id, j.attempts, j.job_type
+  ), counted as (
+    -- One row (an aggregate), so the cross join below records the batch once.
+    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint))
+      from done d
   )
   -- A job this very attempt completed before (a retried call whose first reply
   -- was lost) counts as completed: the result stored then stays.
@@ -122,6 +129,7 @@ begin
                               and (k.lease_token = i.token or i.token is null))
          end
     from input i
+   cross join counted
    order by i.ord;
 end;
 $$;
@@ -186,6 +194,7 @@ begin
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
     perform pyjobq._announce(v_job_type, run_after, v_now);
@@ -471,10 +480,16 @@ begin
        and j.status = 2
        and j.lease_until < v_now
     returning j.job_id, j.job_type, j.status, j.run_after
+  ), counted as (
+    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)) from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
     from reaped r
-    join picked p on p.job_id = r.job_id;
+    join picked p on p.job_id = r.job_id
+   cross join counted;
+  -- Finish counts older than job_throughput and job_workers look back.
+  delete from pyjobq.job_stat s
+   where s.minute < v_now - interval '25 hours';
 end;
 $$;
 
@@ -482,4 +497,5 @@ comment on function pyjobq.job_reap(int) is
   'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
   'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
   'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
-  'with the worker and attempt that lost it.';
+  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
+  'hours.';

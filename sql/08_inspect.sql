@@ -236,7 +236,8 @@ create function pyjobq.job_list(
   p_created_before timestamptz default null,
   p_oldest_first boolean default null,
   p_after uuid default null,
-  p_limit int default null
+  p_limit int default null,
+  p_error text default null
 )
 returns table (
   job_id uuid,
@@ -279,6 +280,7 @@ begin
     perform pyjobq._check_job_type(p_job_type);
   end if;
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  perform pyjobq._check_text('p_error', p_error, 200, true);
   perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
   perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
   v_from := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
@@ -301,6 +303,7 @@ begin
       from pyjobq.job j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
+       and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
        and j.job_type <> all (v_denied)
   ), few as materialized (
     -- Every job of the status, through its partial index, before any limit or
@@ -346,9 +349,11 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) is
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..5), dedupe key and creation time [p_created_after, p_created_before). Keyset pages: pass the '
+  'type, status (1..5), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
+  'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
   'the caller may observe.';
 
@@ -400,6 +405,11 @@ begin
      where j.job_id = l.job_id
        and l.status in (1, 2)
     returning j.job_id
+  ), audited as (
+    -- One row (an aggregate), so the cross join below writes one line.
+    select pyjobq._audit('cancel', count(*),
+                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100]))
+      from cancelled c
   )
   select i.id,
          case when l.job_id is null then 'not_found'
@@ -409,6 +419,7 @@ begin
          end
     from input i
     left join locked l on l.job_id = i.id
+   cross join audited
    order by i.ord;
 end;
 $$;
@@ -417,7 +428,8 @@ comment on function pyjobq.job_cancel(uuid[]) is
   'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
   'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
   'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
-  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
+  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found. A call that '
+  'cancelled jobs writes a line to the audit log (job_audit) with the first 100 of their ids.';
 
 -- Waiting for an outcome. A producer that wants to know when a job ends calls
 -- job_watch, LISTENs on pyjobq_done, and reads the job again when its id

@@ -119,6 +119,9 @@ begin
       end;
     end loop;
   end;
+  perform pyjobq._audit('redrive', cardinality(v_ids),
+                        jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
+                                           'given', cardinality(p_job_ids)));
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
     perform pg_notify('pyjobq_job', '');
@@ -130,7 +133,8 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
   '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
   'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
+  'dedupe key an active job holds stays where it is. Returns the ids it moved; a call that moved jobs writes '
+  'a line to the audit log (job_audit) with the first 100 of their ids.';
 
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
@@ -163,6 +167,7 @@ begin
    using doomed d
    where j.job_id = d.job_id;
   get diagnostics v_deleted = row_count;
+  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w
@@ -176,7 +181,8 @@ comment on function pyjobq.job_prune(interval, int) is
   'p_older_than '
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
-  'windows with no claim in the last 25 hours, which count nothing.';
+  'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
+  'the audit log (job_audit).';
 
 -- Settings --------------------------------------------------------------------
 

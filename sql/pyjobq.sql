@@ -9,7 +9,8 @@
 --   08_inspect.sql
 --   09_operations.sql
 --   10_schedules.sql
---   11_roles.sql
+--   11_activity.sql
+--   12_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -144,7 +145,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 21
+  select 22
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2685,6 +2686,7 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
+  v_job_type smallint;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -2699,10 +2701,12 @@ begin
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
-     and (j.lease_token = p_lease_token or p_lease_token is null);
+     and (j.lease_token = p_lease_token or p_lease_token is null)
+  returning j.job_type into v_job_type;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
 end;
 $$;
 
@@ -2775,7 +2779,11 @@ begin
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts
+    returning j.job_id, j.attempts, j.job_type
+  ), counted as (
+    -- One row (an aggregate), so the cross join below records the batch once.
+    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint))
+      from done d
   )
   -- A job this very attempt completed before (a retried call whose first reply
   -- was lost) counts as completed: the result stored then stays.
@@ -2790,6 +2798,7 @@ begin
                               and (k.lease_token = i.token or i.token is null))
          end
     from input i
+   cross join counted
    order by i.ord;
 end;
 $$;
@@ -2854,6 +2863,7 @@ begin
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
     perform pyjobq._announce(v_job_type, run_after, v_now);
@@ -3139,10 +3149,16 @@ begin
        and j.status = 2
        and j.lease_until < v_now
     returning j.job_id, j.job_type, j.status, j.run_after
+  ), counted as (
+    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)) from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
     from reaped r
-    join picked p on p.job_id = r.job_id;
+    join picked p on p.job_id = r.job_id
+   cross join counted;
+  -- Finish counts older than job_throughput and job_workers look back.
+  delete from pyjobq.job_stat s
+   where s.minute < v_now - interval '25 hours';
 end;
 $$;
 
@@ -3150,7 +3166,8 @@ comment on function pyjobq.job_reap(int) is
   'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
   'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
   'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
-  'with the worker and attempt that lost it.';
+  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
+  'hours.';
 
 -- Inspection ------------------------------------------------------------------
 --
@@ -3390,7 +3407,8 @@ create function pyjobq.job_list(
   p_created_before timestamptz default null,
   p_oldest_first boolean default null,
   p_after uuid default null,
-  p_limit int default null
+  p_limit int default null,
+  p_error text default null
 )
 returns table (
   job_id uuid,
@@ -3433,6 +3451,7 @@ begin
     perform pyjobq._check_job_type(p_job_type);
   end if;
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
+  perform pyjobq._check_text('p_error', p_error, 200, true);
   perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
   perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
   v_from := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
@@ -3455,6 +3474,7 @@ begin
       from pyjobq.job j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
+       and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
        and j.job_type <> all (v_denied)
   ), few as materialized (
     -- Every job of the status, through its partial index, before any limit or
@@ -3500,9 +3520,11 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int) is
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..5), dedupe key and creation time [p_created_after, p_created_before). Keyset pages: pass the '
+  'type, status (1..5), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
+  'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
   'the caller may observe.';
 
@@ -3554,6 +3576,11 @@ begin
      where j.job_id = l.job_id
        and l.status in (1, 2)
     returning j.job_id
+  ), audited as (
+    -- One row (an aggregate), so the cross join below writes one line.
+    select pyjobq._audit('cancel', count(*),
+                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100]))
+      from cancelled c
   )
   select i.id,
          case when l.job_id is null then 'not_found'
@@ -3563,6 +3590,7 @@ begin
          end
     from input i
     left join locked l on l.job_id = i.id
+   cross join audited
    order by i.ord;
 end;
 $$;
@@ -3571,7 +3599,8 @@ comment on function pyjobq.job_cancel(uuid[]) is
   'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
   'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
   'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
-  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found.';
+  'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found. A call that '
+  'cancelled jobs writes a line to the audit log (job_audit) with the first 100 of their ids.';
 
 -- Waiting for an outcome. A producer that wants to know when a job ends calls
 -- job_watch, LISTENs on pyjobq_done, and reads the job again when its id
@@ -3757,6 +3786,9 @@ begin
       end;
     end loop;
   end;
+  perform pyjobq._audit('redrive', cardinality(v_ids),
+                        jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
+                                           'given', cardinality(p_job_ids)));
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
     perform pg_notify('pyjobq_job', '');
@@ -3768,7 +3800,8 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
   '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
   'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays where it is. Returns the ids it moved.';
+  'dedupe key an active job holds stays where it is. Returns the ids it moved; a call that moved jobs writes '
+  'a line to the audit log (job_audit) with the first 100 of their ids.';
 
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
@@ -3801,6 +3834,7 @@ begin
    using doomed d
    where j.job_id = d.job_id;
   get diagnostics v_deleted = row_count;
+  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w
@@ -3814,7 +3848,8 @@ comment on function pyjobq.job_prune(interval, int) is
   'p_older_than '
   '(0 to 100 years) ago, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
-  'windows with no claim in the last 25 hours, which count nothing.';
+  'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
+  'the audit log (job_audit).';
 
 -- Settings --------------------------------------------------------------------
 
@@ -4362,6 +4397,237 @@ comment on function pyjobq.job_schedule_tick() is
   'true). Returns one row per job enqueued: the schedule, the tick, the job (or the active job holding the '
   'schedule''s dedupe key, created false).';
 
+-- Activity --------------------------------------------------------------------
+--
+-- What happened, for the people who operate the queue: jobs finished per
+-- minute and type, the workers seen finishing them, and the operators'
+-- actions (cancel, redrive, prune) with who took them. The dashboard reads
+-- these like any other client.
+
+-- Jobs that left RUNNING, per minute, job type, server backend and worker. The
+-- backend is in the key so that a session only ever updates rows no other
+-- session writes: recording never waits for another transaction's lock, however
+-- long a caller keeps its own transaction open; the worker, so that workers
+-- sharing a pooled connection stay apart. A call records its whole batch in one
+-- row per type, so a job costs a fraction of one small update. Unlogged: the
+-- counts cost no WAL (a logged row would add about 140 bytes to a job
+-- completed on its own), and what they lose is what any process's counters
+-- lose: a crash empties the table (a clean restart does not), and a streaming
+-- replica has none of it, so job_throughput and job_workers read the primary.
+create unlogged table pyjobq.job_stat (
+  minute timestamptz not null,
+  job_type smallint not null,
+  backend int not null,
+  worker_id varchar(80) not null,
+  seen_at timestamptz not null,
+  completed bigint not null default 0,
+  retried bigint not null default 0,
+  dead bigint not null default 0,
+  constraint job_stat_pkey primary key (minute, job_type, backend, worker_id)
+) with (fillfactor = 70);
+
+comment on table pyjobq.job_stat is
+  'Jobs that left RUNNING per minute, job type, server backend and worker (worker_id '''' for the reaper): '
+  'completed (DONE), retried (PENDING again after a failure or an expired lease) and dead; seen_at is the '
+  'last time it was added to. Written by job_complete, job_complete_many, job_fail and job_reap; rows older '
+  'than 25 hours are dropped by job_reap. Read through job_throughput and job_workers. Unlogged: emptied by '
+  'a crash, absent on streaming replicas.';
+
+-- One line per operator action that changed jobs. role is the session's login
+-- role, which the database vouches for; actor is what the client says it acts
+-- for (the setting pyjobq.actor, e.g. a dashboard's user), which it does not.
+create table pyjobq.audit_log (
+  audit_id bigint generated always as identity,
+  at timestamptz not null,
+  role text not null,
+  actor text,
+  action text not null,
+  jobs bigint not null,
+  detail jsonb not null,
+  constraint audit_log_pkey primary key (audit_id)
+);
+
+comment on table pyjobq.audit_log is
+  'One line per job_cancel, job_redrive and job_prune call that changed at least one job: when, the login '
+  'role (session_user), the actor the client named in the setting pyjobq.actor, the action, how many jobs '
+  'and its arguments. Read through job_audit.';
+
+create function pyjobq._stat_add(p_now timestamptz, p_worker_id text, p_job_types smallint[], p_statuses smallint[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  -- PL/pgSQL, not SQL: its plan is kept for the session, where a SQL
+  -- function's is made again at every call (about 150 microseconds here).
+  insert into pyjobq.job_stat as s (minute, job_type, backend, worker_id, seen_at, completed, retried, dead)
+  select to_timestamp(floor(extract(epoch from p_now) / 60) * 60),  -- whatever the session's TimeZone
+         t.job_type, pg_backend_pid(), coalesce(p_worker_id, ''), p_now,
+         count(*) filter (where t.status = 3),
+         count(*) filter (where t.status = 1),
+         count(*) filter (where t.status = 4)
+    from unnest(p_job_types, p_statuses) as t(job_type, status)
+   group by t.job_type
+  on conflict (minute, job_type, backend, worker_id) do update
+     set completed = s.completed + excluded.completed,
+         retried = s.retried + excluded.retried,
+         dead = s.dead + excluded.dead,
+         seen_at = excluded.seen_at;
+end;
+$$;
+
+comment on function pyjobq._stat_add(timestamptz, text, smallint[], smallint[]) is
+  'Records in job_stat the jobs that just left RUNNING: their types and new statuses (3 completed, 1 '
+  'retried, 4 dead), by p_worker_id (null: the reaper) at p_now.';
+
+create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb)
+returns void
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  insert into pyjobq.audit_log (at, role, actor, action, jobs, detail)
+  select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
+         p_action, p_jobs, p_detail
+   where p_jobs > 0
+$$;
+
+comment on function pyjobq._audit(text, bigint, jsonb) is
+  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0).';
+
+create function pyjobq.job_throughput(p_minutes int default null)
+returns table (
+  minute timestamptz,
+  job_type int,
+  job_type_name text,
+  completed bigint,
+  retried bigint,
+  dead bigint
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_minutes int := coalesce(p_minutes, 60);
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_range('p_minutes', v_minutes, 1, 1440);
+  return query
+  select s.minute, s.job_type::int, t.name::text,
+         sum(s.completed)::bigint, sum(s.retried)::bigint, sum(s.dead)::bigint
+    from pyjobq.job_stat s
+    join pyjobq.job_type t on t.job_type = s.job_type
+   where s.minute > v_now - make_interval(mins => v_minutes)
+     and s.job_type <> all (pyjobq._denied_types('observe'))
+   group by s.minute, s.job_type, t.name
+   order by s.minute, s.job_type;
+end;
+$$;
+
+comment on function pyjobq.job_throughput(int) is
+  'Jobs that left RUNNING in each of the last p_minutes minutes (1..1440, default 60; the current minute '
+  'included), per job type: completed (DONE), retried (PENDING again after a failure or an expired lease) '
+  'and dead. Minutes and types with none are left out. Only the types the caller may observe.';
+
+create function pyjobq.job_workers(p_within interval default null)
+returns table (
+  worker_id text,
+  seen_at timestamptz,
+  running bigint,
+  completed bigint,
+  retried bigint,
+  dead bigint
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_seqscan = off
+set jit = off
+as $$
+declare
+  v_within interval := coalesce(p_within, interval '5 minutes');
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('observe');
+begin
+  if v_within < interval '1 second' or v_within > interval '1 day' then
+    raise exception 'p_within must be an interval between 1 second and 1 day'
+      using errcode = '22023',
+            detail = format('p_within was %s.', v_within),
+            hint = 'e.g. ''5 minutes''.';
+  end if;
+  return query
+  with finished as (
+    select s.worker_id, max(s.seen_at) as seen_at,
+           sum(s.completed) as completed, sum(s.retried) as retried, sum(s.dead) as dead
+      from pyjobq.job_stat s
+     where s.minute > v_now - v_within - interval '1 minute'
+       and s.seen_at > v_now - v_within
+       and s.worker_id <> ''  -- not the reaper
+       and s.job_type <> all (v_denied)
+     group by s.worker_id
+  ), holding as (
+    select j.worker_id, max(j.run_started_at) as seen_at, count(*) as running
+      from pyjobq.job j
+     where j.lease_until is not null  -- RUNNING, through job_lease_idx
+       and j.job_type <> all (v_denied)
+     group by j.worker_id
+  )
+  select coalesce(f.worker_id, h.worker_id)::text,
+         greatest(f.seen_at, h.seen_at),
+         coalesce(h.running, 0)::bigint,
+         coalesce(f.completed, 0)::bigint,
+         coalesce(f.retried, 0)::bigint,
+         coalesce(f.dead, 0)::bigint
+    from finished f
+    full join holding h on h.worker_id = f.worker_id
+   order by 1;
+end;
+$$;
+
+comment on function pyjobq.job_workers(interval) is
+  'The workers seen within p_within (1 second to 1 day, default 5 minutes): those that finished a job then '
+  '(completed, retried after a failure, or dead, counted over p_within to the minute) and those holding '
+  'RUNNING jobs now (running). seen_at is the last finish or claim. An idle worker that finished nothing is '
+  'not seen. Only the types the caller may observe.';
+
+create function pyjobq.job_audit(p_before bigint default null, p_limit int default null)
+returns table (
+  audit_id bigint,
+  at timestamptz,
+  role text,
+  actor text,
+  action text,
+  jobs bigint,
+  detail jsonb
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_limit int := coalesce(p_limit, 100);
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  return query
+  select a.audit_id, a.at, a.role, a.actor, a.action, a.jobs, a.detail
+    from pyjobq.audit_log a
+   where a.audit_id < coalesce(p_before, 9223372036854775807)
+   order by a.audit_id desc
+   limit v_limit;
+end;
+$$;
+
+comment on function pyjobq.job_audit(bigint, int) is
+  'The audit log newest first, up to p_limit lines (1..1000, default 100); pass the last audit_id of a page '
+  'as p_before for the next. A line per job_cancel, job_redrive and job_prune call that changed jobs: when, '
+  'the login role, the actor the client named (setting pyjobq.actor), the action, how many jobs and its '
+  'arguments.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -4419,7 +4685,11 @@ begin
     pyjobq.job_reap(int),
     pyjobq.job_schedule_tick()
     to pyjobq_worker;
-  grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_counts(),
+    pyjobq.job_throughput(int),
+    pyjobq.job_workers(interval)
+    to pyjobq_observer, pyjobq_admin;
   -- Payloads and results are the application's data: producers read back what they
   -- enqueued, admins what they operate on; observers see figures only.
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
@@ -4427,10 +4697,11 @@ begin
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int)
+    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text)
     to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
+    pyjobq.job_audit(bigint, int),
     pyjobq.job_prune(interval, int),
     pyjobq.job_type_register(int, text),
     pyjobq.job_type_grant(int, text, text),
@@ -4456,8 +4727,8 @@ revoke all on function pyjobq.grant_roles() from public;
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, '
-  'watch, reap, redrive, prune, '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers) and pyjobq_admin (counts, '
+  'throughput, workers, get, list, cancel, watch, reap, redrive, prune, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -82,6 +82,8 @@ ALLOWED = {
     },
     "pyjobq_observer": {
         "job_counts",
+        "job_throughput",
+        "job_workers",
         "job_types",
         "job_type_code",
         "job_type_policies",
@@ -91,6 +93,9 @@ ALLOWED = {
     },
     "pyjobq_admin": {
         "job_counts",
+        "job_throughput",
+        "job_workers",
+        "job_audit",
         "job_get",
         "job_list",
         "job_cancel",

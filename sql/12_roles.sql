@@ -55,7 +55,11 @@ begin
     pyjobq.job_reap(int),
     pyjobq.job_schedule_tick()
     to pyjobq_worker;
-  grant execute on function pyjobq.job_counts() to pyjobq_observer, pyjobq_admin;
+  grant execute on function
+    pyjobq.job_counts(),
+    pyjobq.job_throughput(int),
+    pyjobq.job_workers(interval)
+    to pyjobq_observer, pyjobq_admin;
   -- Payloads and results are the application's data: producers read back what they
   -- enqueued, admins what they operate on; observers see figures only.
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
@@ -63,10 +67,11 @@ begin
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int)
+    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text)
     to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
+    pyjobq.job_audit(bigint, int),
     pyjobq.job_prune(interval, int),
     pyjobq.job_type_register(int, text),
     pyjobq.job_type_grant(int, text, text),
@@ -92,8 +97,8 @@ revoke all on function pyjobq.grant_roles() from public;
 comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts) and pyjobq_admin (counts, get, list, cancel, '
-  'watch, reap, redrive, prune, '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers) and pyjobq_admin (counts, '
+  'throughput, workers, get, list, cancel, watch, reap, redrive, prune, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

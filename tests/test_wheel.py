@@ -65,6 +65,9 @@ def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_pa
     assert {"pyjobq/sql/pyjobq.sql", "pyjobq/py.typed"} <= in_wheel
     assert "pyjobq/contrib/django/management/commands/pyjobq.py" in in_wheel
     assert "pyjobq/contrib/django/migrations/0001_pyjobq_schema.py" in in_wheel
+    dashboard = ROOT / "pyjobq" / "dashboard"
+    pages = {str(f.relative_to(ROOT)) for f in dashboard.rglob("*.*") if f.suffix != ".pyc"}
+    assert pages <= in_wheel  # the templates and the static files ship with the code
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"

@@ -1,11 +1,20 @@
 """The ``pyjobq`` command: migrate, enqueue, run workers, inspect and operate a queue.
 
 One module per kind of command (``produce``, ``work``, ``inspection``, ``operations``,
-``schedules``, ``limits``), each
+``schedules``, ``limits``, ``dashboard``), each
 adding its commands to the group in ``group``; ``common`` holds what they share.
 """
 
-from pyjobq.cli import inspection, limits, operations, produce, schedules, work
+from pyjobq.cli import dashboard, inspection, limits, operations, produce, schedules, work
 from pyjobq.cli.group import main
 
-__all__ = ["inspection", "limits", "main", "operations", "produce", "schedules", "work"]
+__all__ = [
+    "dashboard",
+    "inspection",
+    "limits",
+    "main",
+    "operations",
+    "produce",
+    "schedules",
+    "work",
+]

@@ -1,0 +1,53 @@
+"""What one running dashboard holds: its settings, pool, guard, templates and role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+from starlette.templating import Jinja2Templates
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.dashboard.guard import Guard
+from pyjobq.dashboard.settings import DashboardSettings
+
+# The functions a page or an action calls, with their argument types for the catalog.
+FUNCTIONS = {
+    "job_counts": "",
+    "job_throughput": "int",
+    "job_workers": "interval",
+    "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text",
+    "job_get": "uuid",
+    "job_audit": "bigint, int",
+    "job_cancel": "uuid[]",
+    "job_redrive": "uuid[], int, int",
+    "job_prune": "interval, int",
+}
+ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune"})
+
+# Which of FUNCTIONS the connected role may execute, as PostgreSQL's catalog says.
+MAY_EXECUTE = (
+    "select f.name from unnest(%s::text[], %s::text[]) as f(name, args)"
+    " where has_function_privilege(format('pyjobq.%%s(%%s)', f.name, f.args), 'execute')"
+)
+
+
+@dataclass
+class Dashboard:
+    """A dashboard's shared state; ``can`` is what its role may execute."""
+
+    settings: DashboardSettings
+    pool: AsyncConnectionPool
+    queue: AsyncJobQueue
+    guard: Guard
+    templates: Jinja2Templates
+    role: str
+    can: frozenset[str]
+
+    def may(self, function: str) -> bool:
+        """The role may execute ``function``."""
+        return function in self.can
+
+    def acts(self, function: str) -> bool:
+        """``function`` is an action the dashboard offers: allowed at start, and the role's."""
+        return self.settings.allow_actions and function in ACTIONS and self.may(function)

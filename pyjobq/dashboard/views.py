@@ -1,0 +1,256 @@
+"""The dashboard's pages and actions, each a thin call of the SQL API.
+
+Every handler reads through :class:`~pyjobq.aio.AsyncJobQueue` on the dashboard's pool, as any
+client would; what a page offers follows the functions the dashboard's role may execute
+(``Dashboard.can``) and whether actions were allowed at start.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+from uuid import UUID
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.dashboard import bulk, charts
+from pyjobq.dashboard.filters import BadFilter, JobFilter
+from pyjobq.dashboard.guard import CSRF_FIELD, TOKEN_COOKIE
+from pyjobq.dashboard.state import Dashboard
+from pyjobq.errors import PyjobqError
+from pyjobq.rows import JobStatus
+
+PAGE_SIZE = 50
+
+
+def dashboard(request: Request) -> Dashboard:
+    state: Dashboard = request.app.state.dashboard
+    return state
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    """A page: its template with what every page shows (the role, the nav, the CSRF field)."""
+    board = dashboard(request)
+    return board.templates.TemplateResponse(
+        request,
+        template,
+        {
+            "board": board,
+            "csrf": board.guard.csrf_for(request.state.csrf_nonce),
+            "csrf_field": CSRF_FIELD,
+            "statuses": list(JobStatus),
+            "notice": request.query_params.get("notice"),
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+def problem(request: Request, status_code: int, message: str) -> Response:
+    return render(request, "problem.html", status_code=status_code, message=message)
+
+
+async def form(request: Request) -> dict[str, str]:
+    """The urlencoded fields of a POST (the dashboard's forms send nothing else)."""
+    return dict(parse_qsl((await request.body()).decode(), keep_blank_values=True))
+
+
+def back_to(path: str, notice: str) -> Response:
+    return RedirectResponse(f"{path}?{urlencode({'notice': notice})}", status_code=303)
+
+
+# Reading ---------------------------------------------------------------------------------------
+
+
+async def overview_context(board: Dashboard) -> dict[str, Any]:
+    """What the overview shows: counts per type and status, the last hour's throughput and
+    the workers seen, each from its SQL function when the role may call it."""
+    now = datetime.now(UTC)
+    counts = await board.queue.counts() if board.may("job_counts") else []
+    types: dict[str, dict[str, Any]] = {}
+    for row in counts:
+        entry = types.setdefault(row.job_type_name, {"code": row.job_type, "by_status": {}})
+        entry["by_status"][row.status.name] = row
+    series = (
+        charts.minutes(await board.queue.throughput(60), now) if board.may("job_throughput") else []
+    )
+    return {
+        "types": types,
+        "series": series,
+        "chart": charts.throughput_svg(series) if series else None,
+        "failure_rate": charts.failure_rate(series) if series else None,
+        "finished_last_hour": sum(m.completed + m.failed for m in series),
+        "workers": await board.queue.workers() if board.may("job_workers") else [],
+        "now": now,
+    }
+
+
+async def overview(request: Request) -> Response:
+    return render(request, "overview.html", **await overview_context(dashboard(request)))
+
+
+async def overview_live(request: Request) -> Response:
+    """The overview's live part alone: the page's script swaps it in every few seconds."""
+    return render(request, "overview_live.html", **await overview_context(dashboard(request)))
+
+
+async def jobs(request: Request) -> Response:
+    board = dashboard(request)
+    if not board.may("job_list"):
+        return problem(request, 403, f"role {board.role} may not list jobs (job_list)")
+    try:
+        flt = JobFilter.parse(request.query_params)
+        after = UUID(request.query_params["after"]) if "after" in request.query_params else None
+    except (BadFilter, ValueError) as e:
+        return problem(request, 400, str(e))
+    try:
+        page = await flt.list_jobs(board.queue, after=after, limit=PAGE_SIZE)
+    except PyjobqError as e:
+        return problem(request, 400, str(e))
+    types = await board.queue.types()
+    more = flt.query(after=str(page[-1].job_id)) if len(page) == PAGE_SIZE else None
+    return render(request, "jobs.html", filter=flt, jobs=page, types=types, next_query=more)
+
+
+async def job(request: Request) -> Response:
+    board = dashboard(request)
+    if not board.may("job_get"):
+        return problem(request, 403, f"role {board.role} may not read jobs (job_get)")
+    try:
+        job_id = UUID(request.path_params["job_id"])
+    except ValueError:
+        return problem(request, 400, "not a job id")
+    found = await board.queue.get(job_id)
+    if found is None:
+        return problem(request, 404, f"no job {job_id} (never enqueued, or pruned)")
+    return render(
+        request,
+        "job.html",
+        job=found,
+        payload=json.dumps(found.payload, indent=2, sort_keys=True),
+        result=None if found.result is None else json.dumps(found.result, indent=2),
+    )
+
+
+async def audit(request: Request) -> Response:
+    board = dashboard(request)
+    if not board.may("job_audit"):
+        return problem(request, 403, f"role {board.role} may not read the audit log (job_audit)")
+    before = request.query_params.get("before")
+    lines = await board.queue.audit(int(before) if before and before.isdigit() else None, 100)
+    return render(request, "audit.html", lines=lines)
+
+
+# Acting ----------------------------------------------------------------------------------------
+
+
+def actor(request: Request) -> str:
+    """Who the audit line names: the proxy's user header when one is trusted, else the
+    dashboard and the client's address."""
+    board = dashboard(request)
+    if board.settings.actor_header:
+        named = request.headers.get(board.settings.actor_header)
+        if named:
+            return named
+    host = request.client.host if request.client else "unknown"
+    return f"dashboard {host}"
+
+
+def refused(request: Request, fields: dict[str, str], function: str) -> Response | None:
+    """Why a POST may not run (no CSRF proof, read-only, the role lacks the function)."""
+    board = dashboard(request)
+    if not board.guard.csrf_valid(request, fields.get(CSRF_FIELD)):
+        return problem(request, 403, "this form is not from this dashboard (no valid CSRF token)")
+    if not board.acts(function):
+        return problem(
+            request, 403, f"{function} is not allowed here (read-only, or role lacks it)"
+        )
+    return None
+
+
+async def job_action(request: Request) -> Response:
+    """Cancel or redrive one job from its page."""
+    action = request.path_params["action"]
+    function = {"cancel": "job_cancel", "redrive": "job_redrive"}.get(action)
+    fields = await form(request)
+    if function is None:
+        return problem(request, 404, f"no action {action}")
+    if (no := refused(request, fields, function)) is not None:
+        return no
+    job_id = UUID(request.path_params["job_id"])
+    changed = await bulk.apply(dashboard(request).pool, action, [job_id], actor(request))
+    verb = {"cancel": "cancelled", "redrive": "redriven"}[action]
+    return back_to(f"/jobs/{job_id}", f"{verb}" if changed else f"not {verb}: nothing to do")
+
+
+async def bulk_preview(request: Request) -> Response:
+    board = dashboard(request)
+    action = request.query_params.get("action", "")
+    try:
+        preview = await bulk.preview(board.queue, action, JobFilter.parse(request.query_params))
+    except (BadFilter, bulk.BadAction, PyjobqError) as e:
+        return problem(request, 400, str(e))
+    allowed = board.acts(f"job_{action}")
+    return render(request, "preview.html", preview=preview, allowed=allowed, cap=bulk.CAP)
+
+
+async def bulk_run(request: Request) -> Response:
+    fields = await form(request)
+    action = fields.get("action", "")
+    if (no := refused(request, fields, f"job_{action}")) is not None:
+        return no
+    try:
+        flt = JobFilter.parse(fields)
+        changed = await bulk.run(dashboard(request).pool, action, flt, actor(request))
+    except (BadFilter, bulk.BadAction, PyjobqError) as e:
+        return problem(request, 400, str(e))
+    return back_to("/audit", f"{action}: {changed} jobs")
+
+
+async def prune_form(request: Request) -> Response:
+    return render(request, "prune.html", allowed=dashboard(request).acts("job_prune"))
+
+
+async def prune(request: Request) -> Response:
+    fields = await form(request)
+    if (no := refused(request, fields, "job_prune")) is not None:
+        return no
+    try:
+        days = float(fields.get("days", ""))
+    except ValueError:
+        return problem(request, 400, "days must be a number")
+    board = dashboard(request)
+    deleted = 0
+    try:
+        while True:  # job_prune deletes at most 10000 a call: call again until it is short
+            async with board.pool.connection() as conn, conn.transaction():
+                await conn.execute("select set_config('pyjobq.actor', %s, true)", (actor(request),))
+                step = await AsyncJobQueue(conn).prune(timedelta(days=days), 10_000)
+            deleted += step
+            if step < 10_000:
+                break
+    except PyjobqError as e:
+        return problem(request, 400, str(e))
+    return back_to("/audit", f"prune: {deleted} jobs")
+
+
+# Signing in ------------------------------------------------------------------------------------
+
+
+async def login_form(request: Request) -> Response:
+    return render(request, "login.html")
+
+
+async def login(request: Request) -> Response:
+    board = dashboard(request)
+    fields = await form(request)
+    offered = fields.get("token", "")
+    if board.guard.token is None or not board.guard.admits_token(offered):
+        return render(request, "login.html", status_code=403, failed=True)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(TOKEN_COOKIE, offered, httponly=True, samesite="strict")
+    return response

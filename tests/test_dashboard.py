@@ -1,0 +1,328 @@
+"""The dashboard in a real headless browser (Debian's chromium, driven by Playwright).
+
+Each dashboard is the real ``pyjobq dashboard`` process, connected as a real LOGIN role; the
+queue is arranged through the SQL API and every outcome is read back from the database.
+``PYJOBQ_REGEN_SCREENSHOTS=1`` writes the pages' screenshots to docs/img for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.sqlhelp import one, raises_sqlstate
+from tests.workerhelp import wait_for
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("PYJOBQ_CHROMIUM", "/usr/bin/chromium"))
+SHOTS = ROOT / "docs" / "img" if os.environ.get("PYJOBQ_REGEN_SCREENSHOTS") == "1" else None
+# What the machine's closed network needs: no background connections, no sandbox as root.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+Conn = psycopg.Connection[Any]
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"no chromium at {CHROMIUM}: ./scripts/setup installs it"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def status_of(url: str, method: str = "GET", data: bytes | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data, method=method)) as answer:
+            code: int = answer.status
+            return code
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+@contextmanager
+def dashboard(dsn: str, *flags: str) -> Iterator[str]:
+    """A ``pyjobq dashboard`` process on a free loopback port; yields its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "pyjobq", "dashboard", "--dsn", dsn, "--port", str(port)]
+    proc = subprocess.Popen([*command, *flags], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(
+            lambda: proc.poll() is not None or status_of(base + "/static/style.css") == 200,
+            "the dashboard to listen",
+        )
+        assert proc.poll() is None, proc.communicate()[1]
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    yield context.new_page()
+    context.close()
+
+
+def shoot(page: Any, name: str, tmp_path: Path) -> None:
+    """A full-page screenshot: to docs/img when regenerating them, else beside the test."""
+    page.screenshot(path=str((SHOTS or tmp_path) / f"dashboard-{name}.png"), full_page=True)
+
+
+def fail_for_good(conn: Conn, worker: str, error: str, jobs: int) -> list[Any]:
+    """Enqueue ``jobs`` one-try jobs, claim them as ``worker`` and fail them: DEAD."""
+    ids = []
+    for _ in range(jobs):
+        conn.execute('select pyjobq.job_enqueue(1, \'{"kind": "flaky"}\', p_max_attempts => 1)')
+        job_id, attempt, token = conn.execute(
+            "select job_id, attempt, lease_token from pyjobq.job_claim(%s, 1)", (worker,)
+        ).fetchone() or (None, None, None)
+        conn.execute(
+            "select * from pyjobq.job_fail(%s, %s, %s, %s, null, null, %s)",
+            (job_id, worker, attempt, error, token),
+        )
+        ids.append(job_id)
+    return ids
+
+
+def arrange(conn: Conn) -> dict[str, Any]:
+    """A queue with something in every state: done, dead of two causes, running, pending."""
+    conn.execute(
+        'select * from pyjobq.job_enqueue_many(1, array_fill(\'{"kind": "ok"}\'::jsonb, array[6]))'
+    )
+    done = conn.execute("select job_id, attempt, lease_token from pyjobq.job_claim('w-1', 6)")
+    rows = done.fetchall()
+    conn.execute(
+        "select * from pyjobq.job_complete_many('w-1', %s, %s, array_fill('{\"ok\": true}'::jsonb,"
+        " array[6]), %s)",
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+    )
+    timeouts = fail_for_good(
+        conn, "w-1", "Traceback (most recent call last):\nTimeoutError: upstream", 3
+    )
+    others = fail_for_good(conn, "w-2", "ValueError: bad input", 2)
+    conn.execute('select pyjobq.job_enqueue(2, \'{"kind": "long"}\')')
+    running = conn.execute(
+        "select job_id, attempt, lease_token from pyjobq.job_claim('w-2', 1)"
+    ).fetchone()
+    conn.execute('select pyjobq.job_enqueue(2, \'{"kind": "later"}\')')
+    return {"timeouts": timeouts, "others": others, "running": running}
+
+
+def counts(conn: Conn) -> dict[tuple[str, str], str]:
+    """job_counts() as the overview prints each figure."""
+    return {
+        (name, status): (str(jobs) if exact else f"~{jobs}")
+        for name, status, jobs, exact in conn.execute(
+            "select job_type_name, status_name, jobs, exact from pyjobq.job_counts()"
+        )
+    }
+
+
+def shown_counts(page: Any) -> dict[tuple[str, str], str]:
+    cells = page.locator("#counts td[data-status]")
+    return {
+        (
+            cell.evaluate("c => c.parentElement.dataset.type"),
+            cell.get_attribute("data-status"),
+        ): cell.inner_text().strip()
+        for cell in cells.all()
+    }
+
+
+def test_an_operator_watches_follows_redrives_and_cancels(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    jobs = arrange(conn)
+    admin = login_role("pyjobq_admin")
+    role = conninfo_to_dict(admin)["user"]
+    with dashboard(admin, "--allow-actions") as base:
+        # The overview shows what job_counts() returns, and keeps up without a reload.
+        page.goto(base + "/")
+        assert shown_counts(page) == counts(conn)
+        page.evaluate("window.notReloaded = true")
+        conn.execute("select pyjobq.job_enqueue(2, '{}')")
+        cell = page.locator('#counts tr[data-type="OUTBOX"] td[data-status="PENDING"]')
+        playwright.expect(cell).to_have_text("2", timeout=30_000)
+        assert page.evaluate("window.notReloaded") is True
+        assert page.locator("#workers").inner_text().count("w-") == 2
+        shoot(page, "overview", tmp_path)
+
+        # From the jobs page to one job's page.
+        page.click("nav >> text=Jobs")
+        page.select_option("select[name=status]", "4")
+        page.fill("input[name=error]", "timeouterror")
+        page.click("#filters button")
+        listed = page.locator("#jobs tr[data-job]")
+        assert sorted(r.get_attribute("data-job") for r in listed.all()) == sorted(
+            str(i) for i in jobs["timeouts"]
+        )
+        shoot(page, "jobs", tmp_path)
+        page.click(f'#jobs a[href="/jobs/{jobs["timeouts"][0]}"]')
+        assert page.locator("#job-id").inner_text() == str(jobs["timeouts"][0])
+        assert page.locator("#job-status").inner_text() == "DEAD"
+        assert "TimeoutError: upstream" in page.locator("#last-error").inner_text()
+        assert '"kind": "flaky"' in page.locator("#payload").inner_text()
+        shoot(page, "job", tmp_path)
+
+        # Redrive the filtered set: a preview first, then the change.
+        page.go_back()
+        page.click("#preview-redrive")
+        assert page.locator("#count").inner_text() == "3"
+        shoot(page, "preview", tmp_path)
+        page.click("#run")
+        page.wait_for_url("**/audit?notice=*")
+        assert page.locator("#notice").inner_text() == "redrive: 3 jobs"
+        statuses = conn.execute(
+            "select job_id, status from pyjobq.job where status in (1, 4) and job_type = 1"
+        ).fetchall()
+        assert {i for i, s in statuses if s == 1} == set(jobs["timeouts"])
+        assert {i for i, s in statuses if s == 4} == set(jobs["others"])
+
+        # Cancel the running job from its page: its holder is fenced out.
+        running_id, attempt, token = jobs["running"]
+        page.goto(f"{base}/jobs/{running_id}")
+        assert page.locator("#holder").inner_text() == "w-2"
+        page.click("#cancel")
+        playwright.expect(page.locator("#job-status")).to_have_text("CANCELLED")
+        with raises_sqlstate("JQ005"):
+            conn.execute(
+                "select pyjobq.job_complete(%s, 'w-2', %s, null, %s)", (running_id, attempt, token)
+            )
+
+        # Both actions are in the audit log, in the role's and the dashboard's name.
+        page.click("nav >> text=Audit")
+        lines = page.locator("#audit tbody tr")
+        assert [line.get_attribute("data-action") for line in lines.all()] == ["cancel", "redrive"]
+        assert all(role in line.inner_text() for line in lines.all())
+        assert "dashboard 127.0.0.1" in lines.first.inner_text()
+        shoot(page, "audit", tmp_path)
+    assert one(conn, "select count(*) from pyjobq.audit_log where role = %s", (role,)) == 2
+
+
+def forged_post(page: Any, url: str, **fields: str) -> int:
+    """A POST from the page's browser context (its cookies), as another site could make it."""
+    answer = page.request.post(url, form=fields, max_redirects=0)
+    code: int = answer.status
+    return code
+
+
+def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    jobs = arrange(conn)
+    dead = jobs["others"][0]
+    before = conn.execute("select job_id, status, updated_at from pyjobq.job order by 1").fetchall()
+    admin = login_role("pyjobq_admin")
+    with dashboard(admin) as base:  # an admin's role, but no --allow-actions
+        page.goto(f"{base}/jobs/{dead}")
+        assert page.locator("#redrive").count() == 0
+        assert "read-only" in page.locator("#who").inner_text()
+        page.goto(f"{base}/jobs?status=4")
+        assert page.locator("#bulk").count() == 0
+        assert page.locator("nav >> text=Prune").count() == 0
+        # Even with this dashboard's own CSRF token the POST is refused: it is read-only.
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/{dead}/redrive", csrf=csrf) == 403
+        assert forged_post(page, f"{base}/actions/run", csrf=csrf, action="redrive") == 403
+        assert forged_post(page, f"{base}/prune", csrf=csrf, days="0") == 403
+    with dashboard(admin, "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{dead}")
+        assert page.locator("#redrive").count() == 1
+        # Without the token, or with one of another browser, nothing runs.
+        assert forged_post(page, f"{base}/jobs/{dead}/redrive") == 403
+        assert forged_post(page, f"{base}/jobs/{dead}/redrive", csrf="0" * 64) == 403
+        assert forged_post(page, f"{base}/actions/run", action="redrive", status="4") == 403
+        assert forged_post(page, f"{base}/prune", days="0") == 403
+    after = conn.execute("select job_id, status, updated_at from pyjobq.job order by 1").fetchall()
+    assert after == before
+    assert one(conn, "select count(*) from pyjobq.audit_log") == 0
+
+
+def test_an_observer_sees_the_overview_only(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    arrange(conn)
+    with dashboard(login_role("pyjobq_observer"), "--allow-actions") as base:
+        page.goto(base + "/")
+        assert shown_counts(page) == counts(conn)
+        assert page.locator("nav a").all_inner_texts() == ["Overview"]
+        page.goto(base + "/jobs")
+        assert "may not list jobs" in page.locator("#problem").inner_text()
+
+
+def test_a_token_guards_every_page(conn: Conn, dsn: str, page: Any) -> None:
+    token = "t0ken-for-this-test-only"
+    with dashboard(dsn, "--token", token) as base:
+        assert status_of(base + "/jobs") == 401
+        page.goto(base + "/")
+        assert page.url == base + "/login"
+        page.fill("input[name=token]", "wrong-token-wrong-token")
+        page.click("button[type=submit]")
+        assert page.locator(".problem").count() == 1
+        page.fill("input[name=token]", token)
+        page.click("button[type=submit]")
+        assert page.url == base + "/"
+        assert page.locator("#counts").count() == 1
+        request = urllib.request.Request(
+            base + "/jobs", headers={"authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request) as answer:
+            assert answer.status == 200
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--host", "0.0.0.0"], "--allow-remote"),
+        (["--host", "0.0.0.0", "--allow-remote"], "needs a token"),
+        (["--host", "0.0.0.0", "--allow-remote", "--token", "short"], "16 characters"),
+    ],
+)
+def test_it_will_not_listen_beyond_loopback_unguarded(
+    dsn: str, flags: list[str], message: str
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "pyjobq", "dashboard", "--dsn", dsn, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert message in run.stderr

@@ -62,9 +62,17 @@ class WorkerHooks:
     changes neither the job's outcome nor the worker.
     """
 
+    def on_job_claimed(self, job: ClaimedJob) -> None:
+        """A claim returned ``job``; a handler starts it when a runner is free."""
+
     def on_job_start(self, job: ClaimedJob) -> None:
         """A handler is about to run ``job``."""
 
     def on_job_end(self, job: ClaimedJob, outcome: str, error: BaseException | None) -> None:
         """``job`` finished: ``outcome`` is completed, retry, dead, lease_lost, cancelled or
         abandoned."""
+
+    def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
+        """A statement of the worker's took ``seconds``: claim, complete, fail, renew, release,
+        reap, next_due or schedule_tick; ``error`` is what it raised (the worker retries
+        those the database may accept later)."""

@@ -8,13 +8,11 @@ queue is arranged through the SQL API and every outcome is read back from the da
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.sqlhelp import one, raises_sqlstate
-from tests.workerhelp import wait_for
+from tests.webhelp import dashboard, status_of
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -45,43 +43,6 @@ Conn = psycopg.Connection[Any]
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason=f"no chromium at {CHROMIUM}: ./scripts/setup installs it"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def status_of(url: str, method: str = "GET", data: bytes | None = None) -> int:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data, method=method)) as answer:
-            code: int = answer.status
-            return code
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return 0
-
-
-@contextmanager
-def dashboard(dsn: str, *flags: str) -> Iterator[str]:
-    """A ``pyjobq dashboard`` process on a free loopback port; yields its base URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "pyjobq", "dashboard", "--dsn", dsn, "--port", str(port)]
-    proc = subprocess.Popen([*command, *flags], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(
-            lambda: proc.poll() is not None or status_of(base + "/static/style.css") == 200,
-            "the dashboard to listen",
-        )
-        assert proc.poll() is None, proc.communicate()[1]
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 
 Each run records (job_id, attempt, pid) in the test database's ``effects`` table, whose
 primary key makes a second run of the same attempt fail loudly; ``payload.sleep`` makes
-the job take that many seconds. Type 2 runs until the job is cancelled (at most a minute) and
-records it when it sees the cancel, with the attempt negated.
+the job take that many seconds, ``payload.fail`` makes it raise after recording. Type 2 runs
+until the job is cancelled (at most a minute) and records it when it sees the cancel, with the
+attempt negated.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def record(job: ClaimedJob) -> Payload:
             "insert into effects values (%s, %s, %s)", (job.job_id, job.attempt, os.getpid())
         )
     time.sleep(float(job.payload.get("sleep", 0)))
+    if job.payload.get("fail"):
+        raise ValueError("asked to fail")
     return {"pid": os.getpid()}
 
 

@@ -15,6 +15,7 @@ import click
 
 from pyjobq.cli.common import F, dsn_option, fail, reporting, resolve_dsn
 from pyjobq.cli.group import main
+from pyjobq.metrics import WorkerHooks
 
 if TYPE_CHECKING:
     from pyjobq.worker import Handler, WorkerConfig
@@ -94,6 +95,22 @@ def worker_config(settings: Mapping[str, Any]) -> WorkerConfig:
         fail(f"invalid worker setting: {e}", 2)
 
 
+def serve_metrics(host: str, port: int) -> WorkerHooks:
+    """A :class:`~pyjobq.exporter.WorkerExporter`, its registry served on ``host:port``."""
+    try:
+        from prometheus_client import start_http_server
+
+        from pyjobq.exporter import WorkerExporter
+    except ImportError:
+        fail("--metrics-port needs prometheus-client: pip install 'pyjobq[metrics]'", 2)
+    exporter = WorkerExporter()
+    try:
+        start_http_server(port, addr=host, registry=exporter.registry)
+    except OSError as e:
+        fail(f"cannot serve metrics on {host}:{port}: {e.strerror}", 2)
+    return exporter
+
+
 @main.command()
 @dsn_option
 @click.argument("handlers")
@@ -104,6 +121,17 @@ def worker_config(settings: Mapping[str, Any]) -> WorkerConfig:
 )
 @worker_settings
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="write final metrics as JSON")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="serve Prometheus metrics on this port, at /metrics (needs prometheus-client)",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="the address --metrics-port listens on",
+)
 @click.option(
     "--log-level",
     default="INFO",
@@ -122,6 +150,8 @@ def worker(
     handlers: str,
     only: str | None,
     metrics_file: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
     log_format: str,
     **settings: Any,
@@ -144,7 +174,8 @@ def worker(
     if wrap is not None:
         table = {t: wrap(h) for t, h in table.items()}
     types = None if only is None else [as_type(t) for t in only.split(",")]
-    w = Worker(resolve_dsn(dsn), table, config, job_types=types)
+    hooks = None if metrics_port is None else serve_metrics(metrics_host, metrics_port)
+    w = Worker(resolve_dsn(dsn), table, config, job_types=types, hooks=hooks)
     with reporting():
         try:
             metrics = w.run()

@@ -98,6 +98,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/prune", views.prune_form),
         Route("/prune", views.prune, methods=["POST"]),
         Route("/audit", views.audit),
+        Route("/metrics", views.metrics),
         Route("/login", views.login_form),
         Route("/login", views.login, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

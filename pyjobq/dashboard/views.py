@@ -8,11 +8,15 @@ client would; what a page offers follows the functions the dashboard's role may 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -22,6 +26,7 @@ from pyjobq.dashboard.filters import BadFilter, JobFilter
 from pyjobq.dashboard.guard import CSRF_FIELD, TOKEN_COOKIE
 from pyjobq.dashboard.state import Dashboard
 from pyjobq.errors import PyjobqError
+from pyjobq.exporter import queue_metrics
 from pyjobq.rows import JobStatus
 
 PAGE_SIZE = 50
@@ -236,6 +241,24 @@ async def prune(request: Request) -> Response:
     except PyjobqError as e:
         return problem(request, 400, str(e))
     return back_to("/audit", f"prune: {deleted} jobs")
+
+
+async def metrics(request: Request) -> Response:
+    """The queue's gauges for Prometheus: one ``job_counts()`` per scrape."""
+    board = dashboard(request)
+    registry = CollectorRegistry()
+    registry.register(Snapshot(queue_metrics(await board.queue.counts())))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class Snapshot(Collector):
+    """Metric families computed before the scrape, handed to the registry as they are."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
 # Signing in ------------------------------------------------------------------------------------

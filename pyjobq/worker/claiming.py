@@ -118,9 +118,10 @@ class Claimer:
             started = time.monotonic()
             try:
                 claimed = await s.call(
+                    "claim",
                     s.queue.claim_with_next_due(
                         s.worker_id, want, config.lease_seconds, self.job_types
-                    )
+                    ),
                 )
             except DATABASE_ERRORS as e:
                 failures += 1
@@ -131,6 +132,8 @@ class Claimer:
             s.metrics.claims += 1
             s.metrics.claimed += len(jobs)
             held = [Held(job, started, started) for job in jobs]
+            for job in jobs:
+                s.hook(s.hooks.on_job_claimed, job)
             if s.stopping:
                 await self.release(held)
                 return
@@ -154,7 +157,7 @@ class Claimer:
         """``job_next_due`` read again after a claim that may have filled a rate window: when
         the window opens, or ``None`` (the poll decides) if the database cannot say."""
         try:
-            return await self.state.call(self.state.queue.next_due_in(self.job_types))
+            return await self.state.call("next_due", self.state.queue.next_due_in(self.job_types))
         except DATABASE_ERRORS:
             return None
 
@@ -167,7 +170,9 @@ class Claimer:
             tokens = [h.job.lease_token for h in chunk]
             for failures in range(1, 6):
                 try:
-                    rows = await s.call(s.queue.release_many(s.worker_id, ids, attempts, tokens))
+                    rows = await s.call(
+                        "release", s.queue.release_many(s.worker_id, ids, attempts, tokens)
+                    )
                     # A job not released was reaped meanwhile: nothing to give back.
                     s.metrics.released += sum(r.released for r in rows)
                     break

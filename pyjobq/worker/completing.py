@@ -93,13 +93,14 @@ class Completer:
     async def complete(self, batch: list[Held]) -> None:
         s = self.state
         rows = await s.call(
+            "complete",
             s.queue.complete_many(
                 s.worker_id,
                 [h.job.job_id for h in batch],
                 [h.job.attempt for h in batch],
                 [h.result for h in batch],
                 [h.job.lease_token for h in batch],
-            )
+            ),
         )
         s.metrics.flushes += 1
         completed = {r.job_id for r in rows if r.completed}

@@ -64,13 +64,14 @@ class Heartbeat:
         started = time.monotonic()
         try:
             rows = await s.call(
+                "renew",
                 s.queue.renew_lease_many(
                     s.worker_id,
                     [h.job.job_id for h in batch],
                     [h.job.attempt for h in batch],
                     self.lease_seconds,
                     [h.job.lease_token for h in batch],
-                )
+                ),
             )
         except DATABASE_ERRORS as e:
             return e
@@ -100,7 +101,7 @@ class Reaper:
         while True:
             await asyncio.sleep(s.config.reap_interval * random.uniform(0.5, 1.5))
             try:
-                reaped = await s.call(s.queue.reap())
+                reaped = await s.call("reap", s.queue.reap())
             except DATABASE_ERRORS as e:
                 log.warning("reap failed: %s", e, extra=s.extra())
                 continue

@@ -100,6 +100,7 @@ class Outcomes:
         while True:
             try:
                 outcome: FailOutcome = await s.call(
+                    "fail",
                     s.queue.fail(
                         job.job_id,
                         s.worker_id,
@@ -108,7 +109,7 @@ class Outcomes:
                         delay,
                         dead_letter,
                         job.lease_token,
-                    )
+                    ),
                 )
                 break
             except (LeaseLost, JobCancelled) as e:

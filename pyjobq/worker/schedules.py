@@ -28,7 +28,7 @@ class Ticker:
         while True:
             await asyncio.sleep(s.config.schedule_interval * random.uniform(0.5, 1.5))
             try:
-                fired = await s.call(s.queue.schedule_tick())
+                fired = await s.call("schedule_tick", s.queue.schedule_tick())
             except (InsufficientPrivilege, UndefinedFunction) as e:
                 log.warning("schedules not ticked by this worker: %s", e, extra=s.extra())
                 return

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import random
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -138,14 +139,24 @@ class WorkerState:
         if not graceful:
             self.hard_stop.set()
 
-    async def call(self, operation: Coroutine[Any, Any, T]) -> T:
-        """Await one queue statement, counting it as a round trip."""
+    async def call(self, statement: str, operation: Coroutine[Any, Any, T]) -> T:
+        """Await one queue statement, counting it as a round trip; the hooks learn how long
+        ``statement`` (claim, complete, fail, renew, release, reap, next_due, schedule_tick)
+        took and what it raised."""
         self.metrics.round_trips += 1
+        started = time.perf_counter()
+        error: Exception | None = None
         try:
             return await operation
-        except RETRYABLE_ERRORS:
+        except RETRYABLE_ERRORS as e:
             self.metrics.db_errors += 1
+            error = e
             raise
+        except Exception as e:
+            error = e
+            raise
+        finally:
+            self.hook(self.hooks.on_statement, statement, time.perf_counter() - started, error)
 
     async def backoff(self, failures: int, what: str, error: BaseException) -> None:
         """Wait before trying ``what`` again: capped, jittered, cut short by a hard stop."""
@@ -160,13 +171,14 @@ class WorkerState:
         with suppress_timeout():
             await asyncio.wait_for(self.hard_stop.wait(), delay)
 
-    def hook(self, hook: Callable[..., None], job: ClaimedJob, *args: Any) -> None:
-        """Call one of the user's hooks: what it raises is logged against the job, and neither
-        the job's outcome nor the worker depends on it."""
+    def hook(self, hook: Callable[..., None], *args: Any) -> None:
+        """Call one of the user's hooks: what it raises is logged (against the job, when the
+        first argument is one), and neither a job's outcome nor the worker depends on it."""
         try:
-            hook(job, *args)
+            hook(*args)
         except (Exception, SystemExit) as e:
             self.metrics.hook_errors += 1
+            job = args[0] if args and isinstance(args[0], ClaimedJob) else None
             log.error(
                 "hook %s raised",
                 hook.__name__,

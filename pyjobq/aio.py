@@ -37,6 +37,7 @@ from pyjobq.rows import (
     Renewal,
     Watched,
 )
+from pyjobq.tracing import with_trace_context
 
 
 class AsyncJobQueue(AsyncQueueAdmin):
@@ -61,11 +62,14 @@ class AsyncJobQueue(AsyncQueueAdmin):
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
         concurrency_key: str | None = None,
+        metadata: Payload | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
         ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
         window). ``job_type`` is a code or a registered name (see :meth:`type_code`);
-        ``concurrency_key`` counts the job against its type's per-key limit."""
+        ``concurrency_key`` counts the job against its type's per-key limit. ``metadata`` is
+        kept with the job; with OpenTelemetry installed, the current span's W3C context is
+        added to it (:mod:`pyjobq.tracing`)."""
         code = await self._code(job_type)
         params = (
             code,
@@ -76,6 +80,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             max_attempts,
             unique_for,
             concurrency_key,
+            jsonb(with_trace_context(metadata)),
         )
         return await self._one(Enqueued, statements.ENQUEUE, params)
 
@@ -89,10 +94,12 @@ class AsyncJobQueue(AsyncQueueAdmin):
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
+        metadata: Payload | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
         (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
-        ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload).
+        ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload;
+        ``metadata``, with the trace context as :meth:`enqueue` adds it, goes with every job).
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
@@ -107,6 +114,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             max_attempts,
             unique_for,
             optional_list(concurrency_keys),
+            jsonb(with_trace_context(metadata)),
         )
         return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 

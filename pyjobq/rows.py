@@ -37,7 +37,8 @@ class Enqueued:
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
     """A row of ``job_claim``; ``attempt`` and ``lease_token`` (random, shown by nothing else) are
-    the fencing token to pass back."""
+    the fencing token to pass back. ``metadata`` is what the enqueue kept beside the payload
+    (a W3C ``traceparent``, among others), or None."""
 
     job_id: UUID
     job_type: int
@@ -50,6 +51,7 @@ class ClaimedJob:
     lease_until: datetime
     created_at: datetime
     lease_token: UUID
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +191,7 @@ class JobInfo:
     finished_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    metadata: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

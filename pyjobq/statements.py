@@ -13,7 +13,8 @@ from typing import LiteralString
 
 ENQUEUE: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue("
-    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text)"
+    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text,"
+    " %s::jsonb)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -21,11 +22,12 @@ ENQUEUE: LiteralString = (
 ENQUEUE_MANY: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
-    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[]) order by ord"
+    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[], %s::jsonb)"
+    " order by ord"
 )
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, lease_token"
+    " run_after, lease_until, created_at, lease_token, metadata"
     " from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
 )
 # job_next_due is read first, in the same statement: it counts jobs still to come, which a
@@ -33,7 +35,7 @@ CLAIM: LiteralString = (
 # nulls beside next_due_in.
 CLAIM_WITH_NEXT_DUE: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, lease_token, next_due_in"
+    " run_after, lease_until, created_at, lease_token, metadata, next_due_in"
     " from (select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
     " as next_due_in) n"
     " left join lateral pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[]) on true"
@@ -75,7 +77,8 @@ COUNTS: LiteralString = (
 GET: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
-    " run_started_at, finished_at, created_at, updated_at from pyjobq.job_get(%s::uuid)"
+    " run_started_at, finished_at, created_at, updated_at, metadata"
+    " from pyjobq.job_get(%s::uuid)"
 )
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"

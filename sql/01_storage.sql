@@ -131,7 +131,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 22
+  select 23
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -218,9 +218,11 @@ create table pyjobq.job (
   lease_token uuid,
   concurrency_key varchar(200),
   fair_rank bigint,
+  metadata jsonb,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
+  constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
   constraint job_attempts_within_max
     check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
   constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
@@ -246,6 +248,10 @@ comment on column pyjobq.job.fair_rank is
   'Set at enqueue for the jobs of a fair-share type: the job''s turn among its priority''s jobs, one more than '
   'its key''s last pending job, and never before the first due one; claims take them in this order. Null: '
   'claimed in due-time order.';
+comment on column pyjobq.job.metadata is
+  'What the producer said about the job besides its payload, given at enqueue and returned by job_claim and '
+  'job_get: a JSON object or null. traceparent and tracestate carry the W3C trace context of the enqueue, '
+  'which the Python worker continues in the handler''s span.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is

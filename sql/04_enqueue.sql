@@ -152,7 +152,8 @@ create function pyjobq._enqueue_one(
   p_max_attempts int,
   p_now timestamptz,
   p_unique_for interval default null,
-  p_concurrency_key text default null
+  p_concurrency_key text default null,
+  p_metadata jsonb default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -183,10 +184,11 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank)
+       concurrency_key, fair_rank, metadata)
     values
       (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1])
+       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+       p_metadata)
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -214,7 +216,7 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
   'voids claim fronts and announces as every enqueue does.';
@@ -227,7 +229,8 @@ create function pyjobq.job_enqueue(
   p_dedupe_key text default null,
   p_max_attempts int default null,
   p_unique_for interval default null,
-  p_concurrency_key text default null
+  p_concurrency_key text default null,
+  p_metadata jsonb default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -253,21 +256,23 @@ begin
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
+  perform pyjobq._check_payload('p_metadata', p_metadata);
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for, p_concurrency_key) e;
+                               p_unique_for, p_concurrency_key, p_metadata) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
-  'its type''s per-key concurrency limit. '
+  'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
+  'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -313,7 +318,8 @@ create function pyjobq.job_enqueue_many(
   p_run_after timestamptz default null,
   p_max_attempts int default null,
   p_unique_for interval default null,
-  p_concurrency_keys text[] default null
+  p_concurrency_keys text[] default null,
+  p_metadata jsonb default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -357,6 +363,7 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
+  perform pyjobq._check_payload('p_metadata', p_metadata);
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -366,7 +373,7 @@ begin
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
                                               case when u.dedupe_key is not null then p_unique_for end,
-                                              p_concurrency_keys[u.i]) e
+                                              p_concurrency_keys[u.i], p_metadata) e
        order by u.i;
     return;
   end if;
@@ -386,9 +393,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
-         fair_rank)
+         fair_rank, metadata)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
     )
@@ -411,9 +418,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key, fair_rank)
+         concurrency_key, fair_rank, metadata)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -439,7 +446,8 @@ begin
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord]) e;
+                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord],
+                                 p_metadata) e;
     end if;
     return next;
   end loop;
@@ -447,10 +455,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[]) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
-  'each payload. Returns one row per payload in input '
+  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';

@@ -174,7 +174,8 @@ returns table (
   run_after timestamptz,
   lease_until timestamptz,
   created_at timestamptz,
-  lease_token uuid
+  lease_token uuid,
+  metadata jsonb
 )
 language plpgsql
 volatile
@@ -276,7 +277,7 @@ begin
      where j.job_id = p.job_id
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq, p.part
   )
   select c.*
     from claimed c
@@ -293,6 +294,7 @@ begin
     lease_until := v_row.lease_until;
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
+    metadata := v_row.metadata;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -375,7 +377,8 @@ returns table (
   run_after timestamptz,
   lease_until timestamptz,
   created_at timestamptz,
-  lease_token uuid
+  lease_token uuid,
+  metadata jsonb
 )
 language plpgsql
 volatile
@@ -409,8 +412,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs; attempt and lease_token (random, shown by '
-  'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
+  'round robin across their concurrency keys. Returns the claimed jobs with their metadata; attempt and lease_token '
+  '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by

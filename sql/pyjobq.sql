@@ -5,12 +5,13 @@
 --   04_enqueue.sql
 --   05_claim.sql
 --   06_limits.sql
---   07_finish.sql
---   08_inspect.sql
---   09_operations.sql
---   10_schedules.sql
---   11_activity.sql
---   12_roles.sql
+--   07_limited_claim.sql
+--   08_finish.sql
+--   09_inspect.sql
+--   10_operations.sql
+--   11_schedules.sql
+--   12_activity.sql
+--   13_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -145,7 +146,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 22
+  select 23
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -232,9 +233,11 @@ create table pyjobq.job (
   lease_token uuid,
   concurrency_key varchar(200),
   fair_rank bigint,
+  metadata jsonb,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 5),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
+  constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
   constraint job_attempts_within_max
     check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
   constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
@@ -260,6 +263,10 @@ comment on column pyjobq.job.fair_rank is
   'Set at enqueue for the jobs of a fair-share type: the job''s turn among its priority''s jobs, one more than '
   'its key''s last pending job, and never before the first due one; claims take them in this order. Null: '
   'claimed in due-time order.';
+comment on column pyjobq.job.metadata is
+  'What the producer said about the job besides its payload, given at enqueue and returned by job_claim and '
+  'job_get: a JSON object or null. traceparent and tracestate carry the W3C trace context of the enqueue, '
+  'which the Python worker continues in the handler''s span.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -1280,7 +1287,8 @@ create function pyjobq._enqueue_one(
   p_max_attempts int,
   p_now timestamptz,
   p_unique_for interval default null,
-  p_concurrency_key text default null
+  p_concurrency_key text default null,
+  p_metadata jsonb default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1311,10 +1319,11 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank)
+       concurrency_key, fair_rank, metadata)
     values
       (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1])
+       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+       p_metadata)
     on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -1342,7 +1351,7 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb) is
   'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
   'voids claim fronts and announces as every enqueue does.';
@@ -1355,7 +1364,8 @@ create function pyjobq.job_enqueue(
   p_dedupe_key text default null,
   p_max_attempts int default null,
   p_unique_for interval default null,
-  p_concurrency_key text default null
+  p_concurrency_key text default null,
+  p_metadata jsonb default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1381,21 +1391,23 @@ begin
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
+  perform pyjobq._check_payload('p_metadata', p_metadata);
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for, p_concurrency_key) e;
+                               p_unique_for, p_concurrency_key, p_metadata) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
   'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
-  'its type''s per-key concurrency limit. '
+  'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
+  'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -1441,7 +1453,8 @@ create function pyjobq.job_enqueue_many(
   p_run_after timestamptz default null,
   p_max_attempts int default null,
   p_unique_for interval default null,
-  p_concurrency_keys text[] default null
+  p_concurrency_keys text[] default null,
+  p_metadata jsonb default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -1485,6 +1498,7 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
+  perform pyjobq._check_payload('p_metadata', p_metadata);
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -1494,7 +1508,7 @@ begin
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
                                               case when u.dedupe_key is not null then p_unique_for end,
-                                              p_concurrency_keys[u.i]) e
+                                              p_concurrency_keys[u.i], p_metadata) e
        order by u.i;
     return;
   end if;
@@ -1514,9 +1528,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
-         fair_rank)
+         fair_rank, metadata)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
     )
@@ -1539,9 +1553,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key, fair_rank)
+         concurrency_key, fair_rank, metadata)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord]
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
@@ -1567,7 +1581,8 @@ begin
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord]) e;
+                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord],
+                                 p_metadata) e;
     end if;
     return next;
   end loop;
@@ -1575,11 +1590,11 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[]) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
-  'each payload. Returns one row per payload in input '
+  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';
 
@@ -1759,7 +1774,8 @@ returns table (
   run_after timestamptz,
   lease_until timestamptz,
   created_at timestamptz,
-  lease_token uuid
+  lease_token uuid,
+  metadata jsonb
 )
 language plpgsql
 volatile
@@ -1861,7 +1877,7 @@ begin
      where j.job_id = p.job_id
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq, p.part
   )
   select c.*
     from claimed c
@@ -1878,6 +1894,7 @@ begin
     lease_until := v_row.lease_until;
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
+    metadata := v_row.metadata;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -1960,7 +1977,8 @@ returns table (
   run_after timestamptz,
   lease_until timestamptz,
   created_at timestamptz,
-  lease_token uuid
+  lease_token uuid,
+  metadata jsonb
 )
 language plpgsql
 volatile
@@ -1994,8 +2012,8 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs; attempt and lease_token (random, shown by '
-  'nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
+  'round robin across their concurrency keys. Returns the claimed jobs with their metadata; attempt and lease_token '
+  '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
 -- When an idle worker should claim again. A job that becomes due later, by
@@ -2072,7 +2090,8 @@ comment on function pyjobq.job_next_due(int[]) is
 -- An admin gives a job type limits on its RUNNING jobs and on its claims per
 -- period, in all and per concurrency key (a customer, a tenant, an account:
 -- job_enqueue's p_concurrency_key), or fair share across its keys;
--- job_claim keeps them through _claim_limited.
+-- job_claim keeps them through _claim_limited (07_limited_claim.sql), with the
+-- rate windows' helpers here.
 
 create function pyjobq.job_type_set_limits(
   p_job_type int,
@@ -2281,6 +2300,8 @@ comment on function pyjobq.job_type_limits() is
   'The job types with a concurrency or rate limit or fair share, and their limits (null: none); next_claim_at '
   'is when the type''s rate limit next lets a claim take one of its jobs, null when it does now.';
 
+-- The limited claim -----------------------------------------------------------
+--
 -- Concurrency and rate limits. A claim that may take jobs of a type with a
 -- limit (job_type_set_limits) walks the due jobs in claim order and takes a
 -- job only while its type, and its concurrency key, have room. Room is counted
@@ -2321,7 +2342,8 @@ returns table (
   run_after timestamptz,
   lease_until timestamptz,
   created_at timestamptz,
-  lease_token uuid
+  lease_token uuid,
+  metadata jsonb
 )
 language plpgsql
 volatile
@@ -2417,6 +2439,7 @@ begin
       lease_until := v_row.lease_until;
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
+      metadata := v_row.metadata;
       return next;
     end loop;
     perform pyjobq._rate_record_taken(v_taken, v_at);
@@ -2506,7 +2529,7 @@ begin
          where j.job_id = l.job_id
            and t.job_type = j.job_type
         returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.seq
+                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq
       )
       select c.* from claimed c order by c.priority, c.run_after, c.seq
     loop
@@ -2523,6 +2546,7 @@ begin
       lease_until := v_row.lease_until;
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
+      metadata := v_row.metadata;
       return next;
       v_claimed := v_claimed + 1;
     end loop;
@@ -2620,7 +2644,7 @@ begin
                           for update skip locked)
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-              j.run_after, j.lease_until, j.created_at, j.lease_token
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata
       into v_row;
     continue when not found;  -- another claimer has it
     v_room := pyjobq._count_down(v_room, v_c.job_type::text, v_key);
@@ -2636,6 +2660,7 @@ begin
     lease_until := v_row.lease_until;
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
+    metadata := v_row.metadata;
     return next;
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;
@@ -3348,7 +3373,8 @@ returns table (
   run_started_at timestamptz,
   finished_at timestamptz,
   created_at timestamptz,
-  updated_at timestamptz
+  updated_at timestamptz,
+  metadata jsonb
 )
 language plpgsql
 stable
@@ -3368,7 +3394,7 @@ begin
          pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -3378,7 +3404,7 @@ $$;
 comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
-  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED). No row when there is no such job (never enqueued, '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), and the metadata of its enqueue. No row when there is no such job (never enqueued, '
   'or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
@@ -4669,8 +4695,8 @@ begin
     pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[])
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),

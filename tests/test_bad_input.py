@@ -17,6 +17,12 @@ BAD_CALLS = [
     ("22004", "p_job_type", "select pyjobq.job_enqueue(null, '{}')"),
     ("22023", "p_payload", "select pyjobq.job_enqueue(1, '[1, 2]')"),
     ("22023", "p_payload", "select pyjobq.job_enqueue(1, '\"text\"')"),
+    ("22023", "p_metadata", "select pyjobq.job_enqueue(1, '{}', p_metadata => '[1]')"),
+    (
+        "22023",
+        "p_metadata",
+        "select pyjobq.job_enqueue_many(1, array['{}'::jsonb], p_metadata => '\"x\"')",
+    ),
     ("22023", "p_priority", "select pyjobq.job_enqueue(1, '{}', -1)"),
     ("22023", "p_priority", "select pyjobq.job_enqueue(1, '{}', 40000)"),
     ("22023", "p_max_attempts", "select pyjobq.job_enqueue(1, '{}', p_max_attempts => 0)"),

@@ -31,7 +31,7 @@ def test_a_stale_installable_sql_is_caught(tmp_path: Path) -> None:
     copy = tmp_path / "tree"
     for room in ("scripts", "sql"):
         shutil.copytree(ROOT / room, copy / room)
-    with (copy / "sql" / "12_roles.sql").open("a") as chapter:
+    with (copy / "sql" / "13_roles.sql").open("a") as chapter:
         chapter.write("-- a change nobody rebuilt\n")
     checked = subprocess.run(
         [sys.executable, str(copy / "scripts" / "build_sql.py"), "--check"],

@@ -16,6 +16,7 @@ from typing import cast
 from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob
 from pyjobq.storable import UnstorableResult, encode_result
+from pyjobq.tracing import handler_span, in_current_context
 from pyjobq.worker.claiming import Claimer
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry
@@ -95,15 +96,16 @@ class Runner:
         # No task, shield or timer per job: an async handler runs in this runner's task, a
         # sync one in the pool, and the watchdog stops either at its deadline.
         try:
-            if job.job_type in self.outcomes.async_types:
-                held.runner = asyncio.current_task()
-                try:
-                    result = await handler(job)  # type: ignore[misc]
-                finally:
-                    self.outcomes.end_cancellable(held)
-            else:
-                held.task = self.in_thread(held, handler)
-                result = await held.task
+            with handler_span(job, s.worker_id):
+                if job.job_type in self.outcomes.async_types:
+                    held.runner = asyncio.current_task()
+                    try:
+                        result = await handler(job)  # type: ignore[misc]
+                    finally:
+                        self.outcomes.end_cancellable(held)
+                else:
+                    held.task = self.in_thread(held, handler)
+                    result = await held.task
         except asyncio.CancelledError:
             if held.timed_out:
                 await self.past_deadline(held)
@@ -181,7 +183,7 @@ class Runner:
         if self.executor is None:
             raise RuntimeError("a sync handler, yet no thread pool")
         sync = cast(SyncHandler, handler)
-        held.thread = self.executor.submit(sync, held.job)
+        held.thread = self.executor.submit(in_current_context(sync), held.job)
         return asyncio.wrap_future(held.thread)
 
     def linger(self, held: Held) -> None:

@@ -39,8 +39,8 @@ begin
     pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[])
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),

@@ -177,7 +177,8 @@ returns table (
   run_started_at timestamptz,
   finished_at timestamptz,
   created_at timestamptz,
-  updated_at timestamptz
+  updated_at timestamptz,
+  metadata jsonb
 )
 language plpgsql
 stable
@@ -197,7 +198,7 @@ begin
          pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -207,7 +208,7 @@ $$;
 comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
-  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED). No row when there is no such job (never enqueued, '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), and the metadata of its enqueue. No row when there is no such job (never enqueued, '
   'or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are

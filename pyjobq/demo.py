@@ -193,9 +193,17 @@ def status_tally(conn: psycopg.Connection[Any]) -> dict[str, int]:
 
 
 def run_demo(
-    dsn: str | None, *, jobs: int = 6000, workers: int = 3, concurrency: int = 16, kill: bool = True
+    dsn: str | None,
+    *,
+    jobs: int = 6000,
+    workers: int = 3,
+    concurrency: int = 16,
+    kill: bool = True,
+    dashboard_port: int | None = None,
 ) -> bool:
-    """Run the demo; returns whether every check passed."""
+    """Run the demo; returns whether every check passed. With ``dashboard_port``, then serve
+    the dashboard (actions allowed) on that loopback port until Ctrl-C, before the throwaway
+    server goes."""
     with ExitStack() as stack:
         if dsn is None:
             click.echo("starting a throwaway PostgreSQL server ...")
@@ -211,8 +219,22 @@ def run_demo(
             dsn = server.dsn()
         migrate(dsn)
         work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pyjobq-demo-")))
-        return _run(dsn, work_dir, jobs, workers, concurrency, kill)
+        ok = _run(dsn, work_dir, jobs, workers, concurrency, kill)
+        if dashboard_port is not None:
+            show_dashboard(dsn, dashboard_port)
+        return ok
     return False
+
+
+def show_dashboard(dsn: str, port: int) -> None:
+    """Serve the dashboard on the demo's queue until Ctrl-C or SIGTERM."""
+    from pyjobq.dashboard import DashboardSettings, serve
+
+    click.echo(
+        f"dashboard on http://127.0.0.1:{port}/ (the DEAD jobs can be redriven there);"
+        " Ctrl-C stops it and the demo's server"
+    )
+    serve(DashboardSettings(dsn=dsn, allow_actions=True), "127.0.0.1", port)
 
 
 def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, kill: bool) -> bool:

@@ -1,8 +1,12 @@
-"""Log formats of ``pyjobq worker``: lines for people, JSON objects for machines.
+"""Log formats of ``pyjobq worker`` and ``pyjobq dashboard``: lines for people, JSON objects
+for machines.
 
 The worker logs through the ``pyjobq.worker`` logger and puts what a line is about in
 record attributes (``worker_id``, and for a job ``job_id``, ``job_type``, ``attempt``, for a
-failure ``error``); both formats print them, so every job event names its job.
+failure ``error``); both formats print them, so every job event names its job. The
+dashboard's ``pyjobq.dashboard`` logger uses the same names for an action (``job_id``, and
+``action``, ``jobs``, ``role``, ``actor``, ``filter``), and its pages the same words; its
+"find" box takes a job id, or a whole log line that names one, to the job's page.
 """
 
 from __future__ import annotations
@@ -13,7 +17,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 # Record attributes the worker sets, in the order the text format prints them.
-FIELDS = ("job_id", "job_type", "attempt", "error", "workers", "job_types", "concurrency")
+FIELDS = (
+    "job_id",
+    "job_type",
+    "attempt",
+    "error",
+    "workers",
+    "job_types",
+    "concurrency",
+    "action",
+    "jobs",
+    "role",
+    "actor",
+    "filter",
+    "older_than",
+)
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

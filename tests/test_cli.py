@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from pyjobq import SCHEMA_VERSION
 from tests.sqlhelp import one
+from tests.webhelp import free_port, status_of
 from tests.workerhelp import ROOT, prepare, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -213,7 +215,7 @@ def test_worker_takes_handlers_and_types_by_registered_name(
 
 def test_help_everywhere() -> None:
     for command in ["", "migrate", "enqueue", "worker", "counts", "show", "reap", "redrive",
-                    "prune", "types", "demo"]:  # fmt: skip
+                    "prune", "types", "demo", "dashboard"]:  # fmt: skip
         result = pyjobq(*command.split(), "--help")
         assert result.returncode == 0, command
         assert "Usage:" in result.stdout
@@ -229,6 +231,31 @@ def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo verified" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_demo_can_leave_its_dashboard_running(tmp_path: Path) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "pyjobq", "demo", "--jobs", "200", "--workers", "2",
+               "--concurrency", "8", "--no-kill", "--dashboard", str(port)]  # fmt: skip
+    log = (tmp_path / "demo.log").open("w")
+    demo = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(
+            lambda: demo.poll() is not None or status_of(f"http://127.0.0.1:{port}/") == 200,
+            "the demo's dashboard",
+            patience=180,
+        )
+        assert demo.poll() is None, (tmp_path / "demo.log").read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
+            assert b'status="DONE"' in answer.read()
+    finally:
+        demo.send_signal(signal.SIGINT)
+        code = demo.wait(timeout=60)
+    output = (tmp_path / "demo.log").read_text()
+    assert code == 0, output
+    assert "demo verified" in output
+    assert "Traceback" not in output
 
 
 def set_schema_version(conn: Conn, version: int) -> None:

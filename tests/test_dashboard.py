@@ -8,6 +8,7 @@ queue is arranged through the SQL API and every outcome is read back from the da
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -22,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tests.sqlhelp import one, raises_sqlstate
 from tests.webhelp import dashboard, status_of
+from tests.workerhelp import prepare, spawn_worker, statuses, wait_for
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -287,3 +289,34 @@ def test_it_will_not_listen_beyond_loopback_unguarded(
     )
     assert run.returncode == 2
     assert message in run.stderr
+
+
+def test_a_worker_log_line_leads_to_its_job_page(
+    conn: Conn, dsn: str, page: Any, tmp_path: Path
+) -> None:
+    prepare(conn)
+    job_id = one(
+        conn, "select job_id from pyjobq.job_enqueue(1, '{\"fail\": true}', p_max_attempts => 1)"
+    )
+    worker = spawn_worker(dsn, tmp_path, "logs")
+    try:
+        wait_for(lambda: statuses(conn) == {4: 1}, "the job to go DEAD")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    (line,) = [
+        text
+        for text in (tmp_path / "logs.log").read_text().splitlines()
+        if f"job_id={job_id}" in text
+    ]
+    with dashboard(dsn) as base:
+        page.goto(base + "/")
+        page.fill("#find input[name=q]", line)
+        page.press("#find input[name=q]", "Enter")
+        page.wait_for_url(f"{base}/jobs/{job_id}")
+        fields = page.locator("#log-fields").inner_text()
+    # The page names the job with the log line's own words.
+    for pair in fields.split():
+        if not pair.startswith("worker_id="):
+            assert pair in line, (pair, line)
+    assert "[" + fields.split("worker_id=")[1] + "]" in line

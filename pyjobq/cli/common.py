@@ -77,6 +77,23 @@ def queue(dsn: str | None) -> Iterator[JobQueue]:
         yield q
 
 
+def log_options(f: F) -> F:
+    """--log-level and --log-format, as the worker and the dashboard take them."""
+    f = click.option(
+        "--log-format",
+        default="text",
+        show_default=True,
+        type=click.Choice(["text", "json"]),
+        help="text lines for people, one JSON object per line for machines",
+    )(f)
+    return click.option(
+        "--log-level",
+        default="INFO",
+        show_default=True,
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    )(f)
+
+
 def dsn_option(f: F) -> F:
     return click.option(
         "--dsn",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pyjobq.cli.common import dsn_option, fail, queue, resolve_dsn
+from pyjobq import logs
+from pyjobq.cli.common import dsn_option, fail, log_options, queue, resolve_dsn
 from pyjobq.cli.group import main
 
 
@@ -35,6 +36,7 @@ from pyjobq.cli.group import main
     help="the header an authenticating proxy sets to its user (e.g. X-Forwarded-User), "
     "named in audit lines",
 )
+@log_options
 def dashboard(
     dsn: str | None,
     host: str,
@@ -43,6 +45,8 @@ def dashboard(
     allow_remote: bool,
     token: str | None,
     actor_header: str | None,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Serve the dashboard: counts, throughput, workers, jobs, each job, the audit log.
 
@@ -51,9 +55,7 @@ def dashboard(
     --allow-remote and a --token.
     """
     try:
-        import uvicorn
-
-        from pyjobq.dashboard import DashboardSettings, create_app
+        from pyjobq.dashboard import DashboardSettings, serve
         from pyjobq.dashboard.settings import UnsafeListen, check_listen
     except ImportError as e:
         fail(
@@ -70,5 +72,6 @@ def dashboard(
     settings = DashboardSettings(
         dsn=resolved, allow_actions=allow_actions, token=token, actor_header=actor_header
     )
+    logs.configure(log_level, log_format)
     click.echo(f"pyjobq dashboard on http://{host}:{port}/", err=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    serve(settings, host, port)

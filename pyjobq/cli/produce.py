@@ -159,7 +159,23 @@ def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) ->
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(2, 64))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--no-kill", is_flag=True, help="do not SIGKILL a worker mid-run")
-def demo(dsn: str | None, jobs: int, workers: int, concurrency: int, no_kill: bool) -> None:
+@click.option(
+    "--dashboard",
+    "dashboard_port",
+    is_flag=False,
+    flag_value=8788,
+    metavar="[PORT]",
+    type=click.IntRange(0, 65535),
+    help="then serve the dashboard on 127.0.0.1:PORT (default 8788) until Ctrl-C",
+)
+def demo(
+    dsn: str | None,
+    jobs: int,
+    workers: int,
+    concurrency: int,
+    no_kill: bool,
+    dashboard_port: int | None,
+) -> None:
     """Run a real workload: orders with SEARCH and OUTBOX jobs, worker processes, a crash.
 
     Without --dsn it starts a throwaway PostgreSQL server and removes it at the end; it
@@ -169,7 +185,14 @@ def demo(dsn: str | None, jobs: int, workers: int, concurrency: int, no_kill: bo
     from pyjobq.demo import run_demo
 
     with reporting():
-        ok = run_demo(dsn, jobs=jobs, workers=workers, concurrency=concurrency, kill=not no_kill)
+        ok = run_demo(
+            dsn,
+            jobs=jobs,
+            workers=workers,
+            concurrency=concurrency,
+            kill=not no_kill,
+            dashboard_port=dashboard_port,
+        )
     sys.exit(0 if ok else EXIT_ERROR)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, get_args, get_type_hints
 
 import click
 
-from pyjobq.cli.common import F, dsn_option, fail, reporting, resolve_dsn
+from pyjobq.cli.common import F, dsn_option, fail, log_options, reporting, resolve_dsn
 from pyjobq.cli.group import main
 from pyjobq.metrics import WorkerHooks
 
@@ -132,19 +132,7 @@ def serve_metrics(host: str, port: int) -> WorkerHooks:
     show_default=True,
     help="the address --metrics-port listens on",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
-)
-@click.option(
-    "--log-format",
-    default="text",
-    show_default=True,
-    type=click.Choice(["text", "json"]),
-    help="text lines for people, one JSON object per line for machines",
-)
+@log_options
 def worker(
     dsn: str | None,
     handlers: str,

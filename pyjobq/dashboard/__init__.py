@@ -9,7 +9,7 @@ CSRF), ``filters`` (a filtered set of jobs), ``bulk`` (preview and run an action
 ``charts`` (SVG), ``views`` (the pages) and ``app`` (the ASGI application).
 """
 
-from pyjobq.dashboard.app import create_app
+from pyjobq.dashboard.app import create_app, serve
 from pyjobq.dashboard.settings import DashboardSettings
 
-__all__ = ["DashboardSettings", "create_app"]
+__all__ = ["DashboardSettings", "create_app", "serve"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -91,6 +92,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/", views.overview),
         Route("/overview/live", views.overview_live),
         Route("/jobs", views.jobs),
+        Route("/find", views.find),
         Route("/jobs/{job_id}", views.job),
         Route("/jobs/{job_id}/{action}", views.job_action, methods=["POST"]),
         Route("/actions/preview", views.bulk_preview),
@@ -112,3 +114,20 @@ def create_app(settings: DashboardSettings) -> Starlette:
             psycopg.OperationalError: unreachable,
         },
     )
+
+
+def serve(settings: DashboardSettings, host: str, port: int) -> None:
+    """Serve the dashboard on ``host:port`` until Ctrl-C or SIGTERM, then return."""
+    import uvicorn
+
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+    # uvicorn stops gracefully on either signal, then raises it again for the handler it
+    # found; this one returns, so that a stop ends the call instead of a KeyboardInterrupt
+    # thrown into the pool's shutdown.
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda *_: None) for s in stops}
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)

@@ -8,6 +8,8 @@ client would; what a page offers follows the functions the dashboard's role may 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +32,8 @@ from pyjobq.exporter import queue_metrics
 from pyjobq.rows import JobStatus
 
 PAGE_SIZE = 50
+# Actions are logged with the worker's vocabulary (pyjobq.logs): job_id, and who did what.
+log = logging.getLogger("pyjobq.dashboard")
 
 
 def dashboard(request: Request) -> Dashboard:
@@ -121,6 +125,17 @@ async def jobs(request: Request) -> Response:
     return render(request, "jobs.html", filter=flt, jobs=page, types=types, next_query=more)
 
 
+JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+
+
+async def find(request: Request) -> Response:
+    """The page of the job whose id is in ``q``: an id, or a whole log line that names one."""
+    found = JOB_ID.search(request.query_params.get("q", ""))
+    if found is None:
+        return problem(request, 400, "no job id there: paste one, or a log line with job_id=")
+    return RedirectResponse(f"/jobs/{found.group(0).lower()}", status_code=303)
+
+
 async def job(request: Request) -> Response:
     board = dashboard(request)
     if not board.may("job_get"):
@@ -165,6 +180,23 @@ def actor(request: Request) -> str:
     return f"dashboard {host}"
 
 
+def acted(request: Request, action: str, jobs: int, **fields: str) -> None:
+    """One log line per action, with what its audit line says."""
+    board = dashboard(request)
+    log.info(
+        "%s: %d jobs",
+        action,
+        jobs,
+        extra={
+            "action": action,
+            "jobs": jobs,
+            "role": board.role,
+            "actor": actor(request),
+            **fields,
+        },
+    )
+
+
 def refused(request: Request, fields: dict[str, str], function: str) -> Response | None:
     """Why a POST may not run (no CSRF proof, read-only, the role lacks the function)."""
     board = dashboard(request)
@@ -188,6 +220,7 @@ async def job_action(request: Request) -> Response:
         return no
     job_id = UUID(request.path_params["job_id"])
     changed = await bulk.apply(dashboard(request).pool, action, [job_id], actor(request))
+    acted(request, action, changed, job_id=str(job_id))
     verb = {"cancel": "cancelled", "redrive": "redriven"}[action]
     return back_to(f"/jobs/{job_id}", f"{verb}" if changed else f"not {verb}: nothing to do")
 
@@ -213,6 +246,7 @@ async def bulk_run(request: Request) -> Response:
         changed = await bulk.run(dashboard(request).pool, action, flt, actor(request))
     except (BadFilter, bulk.BadAction, PyjobqError) as e:
         return problem(request, 400, str(e))
+    acted(request, action, changed, filter=flt.describe())
     return back_to("/audit", f"{action}: {changed} jobs")
 
 
@@ -240,6 +274,7 @@ async def prune(request: Request) -> Response:
                 break
     except PyjobqError as e:
         return problem(request, 400, str(e))
+    acted(request, "prune", deleted, older_than=f"{days} days")
     return back_to("/audit", f"prune: {deleted} jobs")
 
 

@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,12 @@ def test_an_operator_watches_follows_redrives_and_cancels(
         ).fetchall()
         assert {i for i, s in statuses if s == 1} == set(jobs["timeouts"])
         assert {i for i, s in statuses if s == 4} == set(jobs["others"])
+        # ... and the operator sees them PENDING.
+        page.goto(f"{base}/jobs?type=1&status=1")
+        listed = page.locator("#jobs tr[data-job]")
+        assert sorted(r.get_attribute("data-job") for r in listed.all()) == sorted(
+            str(i) for i in jobs["timeouts"]
+        )
 
         # Cancel the running job from its page: its holder is fenced out.
         running_id, attempt, token = jobs["running"]
@@ -237,14 +244,14 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
     assert one(conn, "select count(*) from pyjobq.audit_log") == 0
 
 
-def test_an_observer_sees_the_overview_only(
+def test_an_observer_sees_the_overview_and_the_limits_only(
     conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
 ) -> None:
     arrange(conn)
     with dashboard(login_role("pyjobq_observer"), "--allow-actions") as base:
         page.goto(base + "/")
         assert shown_counts(page) == counts(conn)
-        assert page.locator("nav a").all_inner_texts() == ["Overview"]
+        assert page.locator("nav a").all_inner_texts() == ["Overview", "Schedules"]
         page.goto(base + "/jobs")
         assert "may not list jobs" in page.locator("#problem").inner_text()
 
@@ -320,3 +327,27 @@ def test_a_worker_log_line_leads_to_its_job_page(
         if not pair.startswith("worker_id="):
             assert pair in line, (pair, line)
     assert "[" + fields.split("worker_id=")[1] + "]" in line
+
+
+def test_schedules_and_limits_are_shown_as_their_functions_return_them(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    conn.execute(
+        "select * from pyjobq.job_schedule_set('nightly', '0 3 * * *', 1, '{}', 'Europe/Paris')"
+    )
+    conn.execute("select * from pyjobq.job_type_set_limits(2, 5, 1, 100, '1 minute')")
+    with dashboard(login_role("pyjobq_admin")) as base:
+        page.goto(base + "/")
+        page.click("nav >> text=Schedules")
+        row = page.locator('#schedules tr[data-schedule="nightly"]').inner_text()
+        next_tick = one(conn, "select next_fire_at from pyjobq.job_schedules()")
+        assert "0 3 * * *" in row
+        assert "Europe/Paris" in row
+        assert next_tick.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") in row
+        limits = page.locator('#limits tr[data-type="OUTBOX"]').inner_text().split("\t")
+        assert limits[1:4] == ["5", "1", "100 per 0:01:00"]
+        shoot(page, "schedules", tmp_path)
+    with dashboard(login_role("pyjobq_observer")) as base:  # limits yes, schedules no
+        page.goto(base + "/schedules")
+        assert "may not read the schedules" in page.locator("main").inner_text()
+        assert page.locator("#limits").count() == 1

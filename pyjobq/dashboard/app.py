@@ -6,6 +6,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -55,13 +56,21 @@ async def guard_requests(
     return response
 
 
+async def in_utc(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Times come back in UTC, as every page labels them, whatever the server's TimeZone."""
+    await conn.execute("set time zone 'UTC'")
+    await conn.commit()
+
+
 def create_app(settings: DashboardSettings) -> Starlette:
     """The dashboard for ``settings``; its pool opens when the server starts it."""
     templates = Jinja2Templates(directory=HERE / "templates")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        pool = AsyncConnectionPool(settings.dsn, min_size=1, max_size=4, open=False)
+        pool = AsyncConnectionPool(
+            settings.dsn, min_size=1, max_size=4, open=False, configure=in_utc
+        )
         await pool.open(wait=True, timeout=30)
         try:
             async with pool.connection() as conn:
@@ -99,6 +108,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/actions/run", views.bulk_run, methods=["POST"]),
         Route("/prune", views.prune_form),
         Route("/prune", views.prune, methods=["POST"]),
+        Route("/schedules", views.schedules),
         Route("/audit", views.audit),
         Route("/metrics", views.metrics),
         Route("/login", views.login_form),

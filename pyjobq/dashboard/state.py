@@ -19,6 +19,7 @@ FUNCTIONS = {
     "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text",
     "job_get": "uuid",
     "job_audit": "bigint, int",
+    "job_schedules": "",
     "job_cancel": "uuid[]",
     "job_redrive": "uuid[], int, int",
     "job_prune": "interval, int",

@@ -156,6 +156,15 @@ async def job(request: Request) -> Response:
     )
 
 
+async def schedules(request: Request) -> Response:
+    """The schedules (``job_schedules``, admins) and the types' limits (``job_type_limits``)."""
+    board = dashboard(request)
+    found = await board.queue.schedules() if board.may("job_schedules") else None
+    return render(
+        request, "schedules.html", schedules=found, limits=await board.queue.type_limits()
+    )
+
+
 async def audit(request: Request) -> Response:
     board = dashboard(request)
     if not board.may("job_audit"):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,11 +67,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def server_parent() -> str | None:
+    """Where the session's server keeps its data: ``$PYJOBQ_TEST_SERVER_DIR`` (scripts/test
+    makes it on /dev/shm and removes it however the run ends), else /dev/shm, else the
+    temporary directory. Every test clones a database, which copies the template's files:
+    0.03 s on tmpfs, up to 0.3 s on this machine's disk, for each of some 560 tests."""
+    given = os.environ.get("PYJOBQ_TEST_SERVER_DIR")
+    if given:
+        return given
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[LocalPostgres]:
     """The session's server; tests use .bindir for psql/pg_dump and .restart() for crashes."""
-    with LocalPostgres(settings=SERVER_SETTINGS) as server:
-        yield server
+    with tempfile.TemporaryDirectory(prefix="pyjobq-pg-", dir=server_parent()) as base:
+        os.chmod(base, 0o755)  # the server may run as the postgres OS user (we are root)
+        with LocalPostgres(Path(base) / "server", settings=SERVER_SETTINGS) as server:
+            yield server
 
 
 # Each test's database, cloned from the template and dropped after the test.

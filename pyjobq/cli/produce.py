@@ -210,9 +210,11 @@ def dev_server() -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
     with reporting(), LocalPostgres() as server:
         migrate(server.dsn())
-        click.echo(f"export PYJOBQ_DSN='{server.dsn()}'")
-        click.echo("pyjobq dev-server: ready; Ctrl-C stops it and deletes its data", err=True)
+        # From the DSN line on, a caller may stop it: a signal that comes before the sleep is
+        # a stop as well, never an abort.
         try:
+            click.echo(f"export PYJOBQ_DSN='{server.dsn()}'")
+            click.echo("pyjobq dev-server: ready; Ctrl-C stops it and deletes its data", err=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

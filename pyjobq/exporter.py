@@ -10,7 +10,8 @@ statement ``pyjobq_statement_duration_seconds`` (each one's count is its round t
 
 :func:`queue_metrics` turns one ``job_counts()`` into the gauges ``pyjobq_jobs`` (per type and
 status), ``pyjobq_jobs_exact``, ``pyjobq_oldest_due_seconds`` and ``pyjobq_expired_leases``:
-the dashboard's ``/metrics`` makes that one call per scrape, cheap at any history size.
+the dashboard's ``/metrics`` makes that one call per scrape, cheap at any history size, and
+:func:`queue_exposition` writes them out.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import time
 from collections.abc import Iterable, Sequence
 from uuid import UUID
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from pyjobq.metrics import WorkerHooks
 from pyjobq.rows import ClaimedJob, CountRow, JobStatus
@@ -84,6 +86,9 @@ class WorkerExporter(WorkerHooks):
     def on_job_claimed(self, job: ClaimedJob) -> None:
         self._claimed[job.job_id] = time.monotonic()
 
+    def on_job_released(self, job: ClaimedJob) -> None:
+        self._claimed.pop(job.job_id, None)
+
     def on_job_start(self, job: ClaimedJob) -> None:
         now = time.monotonic()
         kind = str(job.job_type)
@@ -146,3 +151,20 @@ def queue_metrics(counts: Sequence[CountRow]) -> Iterable[Metric]:
         if row.status == JobStatus.RUNNING:
             expired.add_metric(by_status[:2], row.expired_leases or 0)
     return [jobs, exact, oldest, expired]
+
+
+class _Snapshot(Collector):
+    """Metric families computed before the scrape, handed to the registry as they are."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def queue_exposition(counts: Sequence[CountRow]) -> bytes:
+    """The queue's gauges (:func:`queue_metrics`) in Prometheus' text format."""
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(queue_metrics(counts)))
+    return generate_latest(registry)

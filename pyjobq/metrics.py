@@ -65,6 +65,10 @@ class WorkerHooks:
     def on_job_claimed(self, job: ClaimedJob) -> None:
         """A claim returned ``job``; a handler starts it when a runner is free."""
 
+    def on_job_released(self, job: ClaimedJob) -> None:
+        """``job``, claimed and never started, is given back (``job_release_many``): at a
+        drain, or when it waited past its share of the lease."""
+
     def on_job_start(self, job: ClaimedJob) -> None:
         """A handler is about to run ``job``."""
 

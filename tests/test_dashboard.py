@@ -239,6 +239,9 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
         assert forged_post(page, f"{base}/jobs/{dead}/redrive", csrf="0" * 64) == 403
         assert forged_post(page, f"{base}/actions/run", action="redrive", status="4") == 403
         assert forged_post(page, f"{base}/prune", days="0") == 403
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/not-a-job/cancel", csrf=csrf) == 400
+        assert forged_post(page, f"{base}/prune", csrf=csrf, days="inf") == 400
     after = conn.execute("select job_id, status, updated_at from pyjobq.job order by 1").fetchall()
     assert after == before
     assert one(conn, "select count(*) from pyjobq.audit_log") == 0

@@ -135,3 +135,16 @@ def test_the_grafana_dashboard_plots_only_series_that_exist(conn: Conn) -> None:
     }
     assert len(plotted) >= 10
     assert plotted <= exported, plotted - exported
+
+
+def test_a_job_given_back_unstarted_leaves_no_claim_time_behind(conn: Conn) -> None:
+    from pyjobq.exporter import WorkerExporter
+    from pyjobq.queue import JobQueue
+
+    exporter = WorkerExporter()
+    conn.execute("select pyjobq.job_enqueue(1, '{}')")
+    (job,) = JobQueue(conn).claim("w1", 1)
+    exporter.on_job_claimed(job)
+    exporter.on_job_released(job)
+    exporter.on_job_start(job)  # started later without this claim: no claim-to-start
+    assert exporter.claim_to_start.labels("1")._sum.get() == 0.0

@@ -10,6 +10,8 @@ the statuses it moves.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from uuid import UUID
 
@@ -89,12 +91,19 @@ async def run(pool: AsyncConnectionPool, action: str, flt: JobFilter, actor: str
     return changed
 
 
+@asynccontextmanager
+async def acting_as(pool: AsyncConnectionPool, actor: str) -> AsyncIterator[AsyncJobQueue]:
+    """A queue on one transaction that names ``actor`` (the setting ``pyjobq.actor``) in the
+    audit lines its cancels, redrives and prunes write; committed when the block ends."""
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("select set_config('pyjobq.actor', %s, true)", (actor,))
+        yield AsyncJobQueue(conn)
+
+
 async def apply(pool: AsyncConnectionPool, action: str, ids: list[UUID], actor: str) -> int:
     """``job_redrive`` or ``job_cancel`` of ``ids`` in one transaction, in the name of
     ``actor``; returns how many jobs it changed."""
-    async with pool.connection() as conn, conn.transaction():
-        await conn.execute("select set_config('pyjobq.actor', %s, true)", (actor,))
-        queue = AsyncJobQueue(conn)
+    async with acting_as(pool, actor) as queue:
         if action == "redrive":
             return len(await queue.redrive(ids, limit=max(len(ids), 1)))
         outcomes = await queue.cancel(ids)

@@ -10,25 +10,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from pyjobq.aio import AsyncJobQueue
 from pyjobq.dashboard import bulk, charts
 from pyjobq.dashboard.filters import BadFilter, JobFilter
 from pyjobq.dashboard.guard import CSRF_FIELD, TOKEN_COOKIE
 from pyjobq.dashboard.state import Dashboard
 from pyjobq.errors import PyjobqError
-from pyjobq.exporter import queue_metrics
+from pyjobq.exporter import queue_exposition
 from pyjobq.rows import JobStatus
 
 PAGE_SIZE = 50
@@ -227,7 +223,10 @@ async def job_action(request: Request) -> Response:
         return problem(request, 404, f"no action {action}")
     if (no := refused(request, fields, function)) is not None:
         return no
-    job_id = UUID(request.path_params["job_id"])
+    try:
+        job_id = UUID(request.path_params["job_id"])
+    except ValueError:
+        return problem(request, 400, "not a job id")
     changed = await bulk.apply(dashboard(request).pool, action, [job_id], actor(request))
     acted(request, action, changed, job_id=str(job_id))
     verb = {"cancel": "cancelled", "redrive": "redriven"}[action]
@@ -269,15 +268,15 @@ async def prune(request: Request) -> Response:
         return no
     try:
         days = float(fields.get("days", ""))
-    except ValueError:
-        return problem(request, 400, "days must be a number")
+        older_than = timedelta(days=days)
+    except (ValueError, OverflowError):
+        return problem(request, 400, "days must be a number of days")
     board = dashboard(request)
     deleted = 0
     try:
         while True:  # job_prune deletes at most 10000 a call: call again until it is short
-            async with board.pool.connection() as conn, conn.transaction():
-                await conn.execute("select set_config('pyjobq.actor', %s, true)", (actor(request),))
-                step = await AsyncJobQueue(conn).prune(timedelta(days=days), 10_000)
+            async with bulk.acting_as(board.pool, actor(request)) as queue:
+                step = await queue.prune(older_than, 10_000)
             deleted += step
             if step < 10_000:
                 break
@@ -289,20 +288,8 @@ async def prune(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """The queue's gauges for Prometheus: one ``job_counts()`` per scrape."""
-    board = dashboard(request)
-    registry = CollectorRegistry()
-    registry.register(Snapshot(queue_metrics(await board.queue.counts())))
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
-class Snapshot(Collector):
-    """Metric families computed before the scrape, handed to the registry as they are."""
-
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> Iterable[Metric]:
-        return self.families
+    counts = await dashboard(request).queue.counts()
+    return Response(queue_exposition(counts), media_type=CONTENT_TYPE_LATEST)
 
 
 # Signing in ------------------------------------------------------------------------------------
@@ -316,7 +303,7 @@ async def login(request: Request) -> Response:
     board = dashboard(request)
     fields = await form(request)
     offered = fields.get("token", "")
-    if board.guard.token is None or not board.guard.admits_token(offered):
+    if not board.guard.admits_token(offered):  # also when no token is configured
         return render(request, "login.html", status_code=403, failed=True)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(TOKEN_COOKIE, offered, httponly=True, samesite="strict")

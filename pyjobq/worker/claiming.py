@@ -164,6 +164,8 @@ class Claimer:
     async def release(self, held: list[Held]) -> None:
         """Give unstarted jobs back with ``job_release_many``, one call per ``MAX_BATCH``."""
         s = self.state
+        for h in held:  # not started here, whatever the database answers
+            s.hook(s.hooks.on_job_released, h.job)
         for start in range(0, len(held), MAX_BATCH):
             chunk = held[start : start + MAX_BATCH]
             ids, attempts = [h.job.job_id for h in chunk], [h.job.attempt for h in chunk]

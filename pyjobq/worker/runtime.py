@@ -233,8 +233,9 @@ class Worker:
                     raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
                 handlers[code] = handler
             policies = await queue.type_policies()
-            # Limits came with schema 15; an older one, still to be migrated, has none.
-            limits = await queue.type_limits() if version >= 15 else []
+            # Limits came with schema 15, the columns read here (rates, fair share) with 17;
+            # an older schema, still to be migrated, is run as if it had none.
+            limits = await queue.type_limits() if version >= 17 else []
             wanted = set(handlers)
             if self._only is not None:
                 wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}

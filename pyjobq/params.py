@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
@@ -31,3 +32,19 @@ def jsonb_document(values: Sequence[Payload]) -> Jsonb:
 def optional_list(values: Sequence[T] | None) -> list[T] | None:
     """A sequence as the list psycopg sends as an SQL array; ``None`` stays SQL null."""
     return None if values is None else list(values)
+
+
+Parents = Sequence[UUID | int]
+
+
+def parents_document(depends_on: Sequence[Parents | None] | None) -> Jsonb | None:
+    """Each row's parents for ``job_enqueue_many``'s ``p_depends_on`` as one ``jsonb`` array
+    document: a job id as its text, an earlier row of the call as its 1-based position."""
+    if depends_on is None:
+        return None
+    return Jsonb(
+        [
+            None if row is None else [p if isinstance(p, int) else str(p) for p in row]
+            for row in depends_on
+        ]
+    )

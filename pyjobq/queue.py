@@ -15,7 +15,15 @@ from psycopg.types.json import Jsonb
 
 from pyjobq import statements
 from pyjobq.errors import translated
-from pyjobq.params import Payload, jsonb, jsonb_array, jsonb_document, optional_list
+from pyjobq.params import (
+    Parents,
+    Payload,
+    jsonb,
+    jsonb_array,
+    jsonb_document,
+    optional_list,
+    parents_document,
+)
 from pyjobq.queue_admin import QueueAdmin
 from pyjobq.queue_calls import own_cursor
 from pyjobq.rows import (
@@ -24,6 +32,7 @@ from pyjobq.rows import (
     ClaimedJob,
     Completion,
     CountRow,
+    Dependency,
     Enqueued,
     FailOutcome,
     JobInfo,
@@ -59,13 +68,18 @@ class JobQueue(QueueAdmin):
         unique_for: timedelta | None = None,
         concurrency_key: str | None = None,
         metadata: Payload | None = None,
+        depends_on: Sequence[UUID] | None = None,
+        on_parent_failure: str | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
         ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
         window). ``job_type`` is a code or a registered name (see :meth:`type_code`);
         ``concurrency_key`` counts the job against its type's per-key limit. ``metadata`` is
         kept with the job; with OpenTelemetry installed, the current span's W3C context is
-        added to it (:mod:`pyjobq.tracing`)."""
+        added to it (:mod:`pyjobq.tracing`). With ``depends_on`` (existing job ids) the job is
+        WAITING until they have all ended, then PENDING, its handler seeing their results in
+        :attr:`ClaimedJob.parent_results`; a parent that ends DEAD or CANCELLED cancels it,
+        unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``)."""
         code = self._code(job_type)
         params = (
             code,
@@ -77,6 +91,8 @@ class JobQueue(QueueAdmin):
             unique_for,
             concurrency_key,
             jsonb(with_trace_context(metadata)),
+            optional_list(depends_on),
+            on_parent_failure,
         )
         return self._one(Enqueued, statements.ENQUEUE, params)
 
@@ -91,11 +107,16 @@ class JobQueue(QueueAdmin):
         unique_for: timedelta | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
         metadata: Payload | None = None,
+        depends_on: Sequence[Parents | None] | None = None,
+        on_parent_failure: str | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
         (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
         ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload;
         ``metadata``, with the trace context as :meth:`enqueue` adds it, goes with every job).
+        ``depends_on`` pairs each payload with its parents (or ``None``): job ids, or the
+        1-based positions of earlier payloads of the same call, so one call enqueues a graph;
+        ``on_parent_failure`` applies to every job, as in :meth:`enqueue`.
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
@@ -111,6 +132,8 @@ class JobQueue(QueueAdmin):
             unique_for,
             optional_list(concurrency_keys),
             jsonb(with_trace_context(metadata)),
+            parents_document(depends_on),
+            on_parent_failure,
         )
         return self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
@@ -296,6 +319,11 @@ class JobQueue(QueueAdmin):
         rows = self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
 
+    def dependencies(self, job_id: UUID) -> list[Dependency]:
+        """``job_dependencies``: the parents of ``job_id`` (in the order its enqueue named them)
+        and its dependants, each with its status now and whether the edge is resolved."""
+        return self._rows(Dependency, statements.DEPENDENCIES, (job_id,))
+
     def list_jobs(
         self,
         job_type: int | str | None = None,
@@ -371,8 +399,9 @@ class JobQueue(QueueAdmin):
                 return cur.fetchone()
 
     def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
-        """``job_cancel``: PENDING and RUNNING jobs become CANCELLED (a RUNNING job's holder is
-        fenced out and told at its next heartbeat); one :class:`Cancellation` per id, in order."""
+        """``job_cancel``: PENDING, WAITING and RUNNING jobs become CANCELLED (a RUNNING job's
+        holder is fenced out and told at its next heartbeat), and so do their dependants unless
+        enqueued to run on parent failure; one :class:`Cancellation` per id, in order."""
         return self._rows(Cancellation, statements.CANCEL, (list(job_ids),))
 
     def redrive(

@@ -17,6 +17,7 @@ class JobStatus(IntEnum):
     DONE = 3
     DEAD = 4
     CANCELLED = 5
+    WAITING = 6
 
 
 class JobType(IntEnum):
@@ -38,7 +39,10 @@ class Enqueued:
 class ClaimedJob:
     """A row of ``job_claim``; ``attempt`` and ``lease_token`` (random, shown by nothing else) are
     the fencing token to pass back. ``metadata`` is what the enqueue kept beside the payload
-    (a W3C ``traceparent``, among others), or None."""
+    (a W3C ``traceparent``, among others), or None. ``parent_results``, for a job enqueued with
+    ``depends_on``, lists its parents in the order given, each ``{"job_id", "job_type",
+    "status", "result"}`` (a parent that ended DEAD or CANCELLED shows so, for a job that runs
+    on parent failure); None for a job without parents."""
 
     job_id: UUID
     job_type: int
@@ -52,6 +56,7 @@ class ClaimedJob:
     created_at: datetime
     lease_token: UUID
     metadata: dict[str, Any] | None = None
+    parent_results: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,24 @@ class Renewal:
     renewed: bool
     lease_until: datetime | None
     cancelled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """A row of ``job_dependencies``: a parent or a dependant (``relation``) of the job asked
+    about, its status now (None once pruned), and whether the edge is resolved (the parent
+    ended)."""
+
+    relation: str
+    job_id: UUID
+    job_type: int | None
+    status: JobStatus | None
+    status_name: str | None
+    resolved: bool
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", JobStatus(self.status))
 
 
 @dataclass(frozen=True, slots=True)

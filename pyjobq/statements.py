@@ -14,7 +14,7 @@ from typing import LiteralString
 ENQUEUE: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue("
     "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text,"
-    " %s::jsonb)"
+    " %s::jsonb, %s::uuid[], %s::text)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -22,12 +22,15 @@ ENQUEUE: LiteralString = (
 ENQUEUE_MANY: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
-    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[], %s::jsonb)"
+    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[], %s::jsonb,"
+    " (select array_agg(d order by i)"
+    " from jsonb_array_elements(%s::jsonb) with ordinality as a(d, i)),"
+    " %s::text)"
     " order by ord"
 )
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, lease_token, metadata"
+    " run_after, lease_until, created_at, lease_token, metadata, parent_results"
     " from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
 )
 # job_next_due is read first, in the same statement: it counts jobs still to come, which a
@@ -35,7 +38,7 @@ CLAIM: LiteralString = (
 # nulls beside next_due_in.
 CLAIM_WITH_NEXT_DUE: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, lease_token, metadata, next_due_in"
+    " run_after, lease_until, created_at, lease_token, metadata, parent_results, next_due_in"
     " from (select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
     " as next_due_in) n"
     " left join lateral pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[]) on true"
@@ -85,6 +88,10 @@ LIST: LiteralString = (
     " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"
     " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
     " %s::boolean, %s::uuid, %s::int, %s::text)"
+)
+DEPENDENCIES: LiteralString = (
+    "select relation, job_id, job_type, status, status_name, resolved"
+    " from pyjobq.job_dependencies(%s::uuid)"
 )
 WATCH: LiteralString = "select job_id, status, status_name from pyjobq.job_watch(%s::uuid[])"
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"

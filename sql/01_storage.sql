@@ -22,6 +22,7 @@
 --   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
+--   job_enqueue(p_depends_on)        -> WAITING (6) until its parents end, then PENDING (or CANCELLED)
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
 --   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
@@ -131,7 +132,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 23
+  select 24
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -219,8 +220,12 @@ create table pyjobq.job (
   concurrency_key varchar(200),
   fair_rank bigint,
   metadata jsonb,
+  waiting_on int,
+  run_on_parent_failure boolean,
+  has_dependants boolean not null default false,
   constraint job_pkey primary key (job_id),
-  constraint job_status_valid check (status between 1 and 5),
+  constraint job_status_valid check (status between 1 and 6),
+  constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
   constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
   constraint job_attempts_within_max
@@ -231,7 +236,7 @@ create table pyjobq.job (
 
 comment on table pyjobq.job is
   'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
-  '5 CANCELLED.';
+  '5 CANCELLED, 6 WAITING (for parent jobs).';
 comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
@@ -252,6 +257,15 @@ comment on column pyjobq.job.metadata is
   'What the producer said about the job besides its payload, given at enqueue and returned by job_claim and '
   'job_get: a JSON object or null. traceparent and tracestate carry the W3C trace context of the enqueue, '
   'which the Python worker continues in the handler''s span.';
+comment on column pyjobq.job.waiting_on is
+  'For a job enqueued with parents (p_depends_on): while it is WAITING, how many of them have not ended yet '
+  '(its unresolved job_edge rows); 0 once they all have. Null: the job has no parents.';
+comment on column pyjobq.job.run_on_parent_failure is
+  'For a job with parents: true when it runs even after a parent ended DEAD or CANCELLED (p_on_parent_failure '
+  '=> ''run''), false when it is then CANCELLED (''cancel'', the default). Null: no parents.';
+comment on column pyjobq.job.has_dependants is
+  'Set when a job is named as a parent: its end resolves its job_edge rows (job_complete and the other '
+  'transitions to DONE, DEAD or CANCELLED look for dependants only when it is set).';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -292,9 +306,13 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- The active-duplicate guard: a key is this key for this job type, so the
 -- producers of one type can neither see nor take another type's keys (per-type
 -- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
--- their key.
+-- their key; a WAITING job holds it.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
-  where status in (1, 2) and dedupe_key is not null;
+  where status in (1, 2, 6) and dedupe_key is not null;
+
+-- job_counts: the WAITING jobs of each type, exactly. Only jobs waiting for
+-- parents enter it.
+create index job_waiting_idx on pyjobq.job (job_type) where status = 6;
 
 -- Concurrency limits per key: the RUNNING jobs of a type with a concurrency
 -- key, counted by job_claim up to the limit. Only jobs with a key enter it.
@@ -326,6 +344,26 @@ alter table pyjobq.job set (
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0
 );
+
+-- Dependencies: one row per (parent, child) named at the child's enqueue,
+-- ord its place in the child's p_depends_on. resolved turns true, once, when
+-- the parent ends (or at the enqueue, when it had ended already): the child's
+-- waiting_on counts its unresolved rows. Rows stay after they resolve, so a
+-- child reads its parents' results and job_dependencies shows the graph; they
+-- go with the child or the parent when job_prune deletes either.
+create table pyjobq.job_edge (
+  parent_id uuid not null,
+  child_id uuid not null,
+  ord int not null,
+  resolved boolean not null,
+  constraint job_edge_pkey primary key (parent_id, child_id)
+);
+
+create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
+
+comment on table pyjobq.job_edge is
+  'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
+  'job_enqueue(_many) with p_depends_on and by the end of the parent.';
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the

@@ -174,12 +174,12 @@ immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[p_status];
+  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED', 'WAITING'])[p_status];
 end;
 $$;
 
 comment on function pyjobq._status_name(int) is
-  'PENDING, RUNNING, DONE, DEAD or CANCELLED for status 1..5 (job_status_valid).';
+  'PENDING, RUNNING, DONE, DEAD, CANCELLED or WAITING for status 1..6 (job_status_valid).';
 
 create function pyjobq._check_job_type(p_job_type int)
 returns void

@@ -153,7 +153,9 @@ create function pyjobq._enqueue_one(
   p_now timestamptz,
   p_unique_for interval default null,
   p_concurrency_key text default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_parents uuid[] default null,
+  p_run_on_parent_failure boolean default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -165,13 +167,16 @@ declare
   v_new_id uuid;
   v_id uuid;
   v_ended uuid;
+  v_status smallint := 1;
+  v_waiting int;
+  v_failure text;
 begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
     -- enqueue returns, and the one whose outcome is still to come.
     select a.job_id into v_id
       from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
@@ -180,16 +185,37 @@ begin
       return;
     end if;
   end if;
+  -- With parents: WAITING for those still to end, or CANCELLED at once by one
+  -- that ended DEAD or CANCELLED (unless it runs on parent failure).
+  if p_parents is not null then
+    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._lock_parents(p_parents) l;
+    v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
+                     when v_waiting > 0 then 6
+                     else 1 end;
+    -- Born CANCELLED, it would take no key: an active job with the key is
+    -- still the answer, as for any enqueue.
+    if v_status = 5 and p_dedupe_key is not null then
+      select a.job_id into v_id
+        from pyjobq.job a
+       where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+      if v_id is not null then
+        return query select v_id, false;
+        return;
+      end if;
+    end if;
+  end if;
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
-      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata)
+      (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error)
     values
-      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
-       p_metadata)
-    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
+       p_now, p_concurrency_key,
+       (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+       p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
+       case when v_status = 5 then v_failure end)
+    on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
@@ -200,14 +226,19 @@ begin
       end if;
     end if;
     if v_id is not null then
-      perform pyjobq._pending_from(p_run_after, p_now, true);
-      perform pyjobq._announce(p_job_type, p_run_after, p_now);
+      if p_parents is not null then
+        perform pyjobq._link_parents(v_id, p_parents);
+      end if;
+      if v_status = 1 then
+        perform pyjobq._pending_from(p_run_after, p_now, true);
+        perform pyjobq._announce(p_job_type, p_run_after, p_now);
+      end if;
       return query select v_id, true;
       return;
     end if;
     select a.job_id into v_id
       from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -216,8 +247,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb) is
-  'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean) is
+  'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
+  'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
   'voids claim fronts and announces as every enqueue does.';
 
@@ -230,7 +262,9 @@ create function pyjobq.job_enqueue(
   p_max_attempts int default null,
   p_unique_for interval default null,
   p_concurrency_key text default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_depends_on uuid[] default null,
+  p_on_parent_failure text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -245,6 +279,7 @@ declare
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int;
+  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
 begin
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
@@ -261,11 +296,12 @@ begin
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for, p_concurrency_key, p_metadata) e;
+                               p_unique_for, p_concurrency_key, p_metadata,
+                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
@@ -273,6 +309,10 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
   'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
   'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
+  'With p_depends_on (existing jobs the caller may observe, at most 100000) the job is WAITING until they have all '
+  'ended, then PENDING; a parent ending DEAD or CANCELLED cancels it, unless p_on_parent_failure is ''run'' '
+  '(default ''cancel''); job_claim returns the parents'' results with it. A duplicate returned for its key keeps '
+  'its own parents. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -310,6 +350,48 @@ comment on function pyjobq._check_keys(text, text[], int) is
   'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
   'of 1 to 200 characters.';
 
+-- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
+-- array of job ids (strings) and 1-based positions of earlier rows, whose
+-- jobs are p_ids.
+create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
+returns uuid[]
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := '{}';
+  v_item jsonb;
+begin
+  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(p_spec) <> 'array' then
+    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
+      using errcode = '22023',
+            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
+  end if;
+  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
+       and v_item::numeric between 1 and p_row - 1 then
+      v_parents := v_parents || p_ids[v_item::int];
+    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
+      v_parents := v_parents || (v_item #>> '{}')::uuid;
+    else
+      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
+        using errcode = '22023',
+              detail = format('It held %s.', v_item),
+              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
+    end if;
+  end loop;
+  return v_parents;
+end;
+$$;
+
+comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
+  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
+
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -319,7 +401,9 @@ create function pyjobq.job_enqueue_many(
   p_max_attempts int default null,
   p_unique_for interval default null,
   p_concurrency_keys text[] default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_depends_on jsonb[] default null,
+  p_on_parent_failure text default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -340,6 +424,8 @@ declare
   v_bad int;
   v_row record;
   v_ranks bigint[];
+  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
+  v_ids uuid[] := '{}';
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -364,6 +450,33 @@ begin
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
   perform pyjobq._check_payload('p_metadata', p_metadata);
+
+  p_depends_on := pyjobq._check_array('p_depends_on', p_depends_on);
+  if p_depends_on is not null then
+    perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
+  end if;
+
+  -- Parents, which may be earlier rows of this call: one job at a time, in
+  -- input order, each as job_enqueue takes it.
+  if p_depends_on is not null then
+    for v_row in
+      select u.i::int as i, u.payload
+        from unnest(p_payloads) with ordinality as u(payload, i)
+       order by u.i
+    loop
+      select e.job_id, e.created into job_id, created
+        from pyjobq._enqueue_one(p_job_type, v_row.payload, v_priority, v_run_after, p_dedupe_keys[v_row.i],
+                                 v_max_attempts, v_now,
+                                 case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
+                                 p_concurrency_keys[v_row.i], p_metadata,
+                                 pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
+                                 v_run_on_parent_failure) e;
+      v_ids := v_ids || job_id;
+      ord := v_row.i;
+      return next;
+    end loop;
+    return;
+  end if;
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -423,7 +536,7 @@ begin
              p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
-      on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
       returning j.job_id, j.dedupe_key
     )
     select i.ord,
@@ -436,7 +549,7 @@ begin
       left join pyjobq.job active
              on mine.job_id is null and sibling.job_id is null
             and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
-            and active.status in (1, 2)
+            and active.status in (1, 2, 6)
      order by i.ord
   loop
     ord := v_row.ord;
@@ -455,10 +568,12 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
-  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. Returns one row per payload in input '
+  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
+  'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
+  'same call; p_on_parent_failure applies to every job, as job_enqueue applies both. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';

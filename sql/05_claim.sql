@@ -175,7 +175,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -277,7 +278,9 @@ begin
      where j.job_id = p.job_id
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
+              j.seq, p.part
   )
   select c.*
     from claimed c
@@ -295,6 +298,7 @@ begin
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
     metadata := v_row.metadata;
+    parent_results := v_row.parent_results;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -378,7 +382,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -412,7 +417,9 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs with their metadata; attempt and lease_token '
+  'round robin across their concurrency keys. Returns the claimed jobs with their metadata, and for a job with '
+  'parents (job_enqueue''s p_depends_on) their results (parent_results: a JSON array of {job_id, job_type, '
+  'status, result} in the order the enqueue named them); attempt and lease_token '
   '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 

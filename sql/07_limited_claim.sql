@@ -41,7 +41,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -138,6 +139,7 @@ begin
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
       metadata := v_row.metadata;
+      parent_results := v_row.parent_results;
       return next;
     end loop;
     perform pyjobq._rate_record_taken(v_taken, v_at);
@@ -227,7 +229,9 @@ begin
          where j.job_id = l.job_id
            and t.job_type = j.job_type
         returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq
+                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+                  case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
+                  j.seq
       )
       select c.* from claimed c order by c.priority, c.run_after, c.seq
     loop
@@ -245,6 +249,7 @@ begin
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
       metadata := v_row.metadata;
+      parent_results := v_row.parent_results;
       return next;
       v_claimed := v_claimed + 1;
     end loop;
@@ -342,7 +347,8 @@ begin
                           for update skip locked)
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results
       into v_row;
     continue when not found;  -- another claimer has it
     v_room := pyjobq._count_down(v_room, v_c.job_type::text, v_key);
@@ -359,6 +365,7 @@ begin
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
     metadata := v_row.metadata;
+    parent_results := v_row.parent_results;
     return next;
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;

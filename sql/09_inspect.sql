@@ -40,6 +40,11 @@ as $$
       from pyjobq.job j
      where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
      group by j.job_type
+    union all
+    select j.job_type, 6, count(*), null, null
+      from pyjobq.job j
+     where j.status = 6
+     group by j.job_type
   ), ended_counts as (
     -- DEAD and CANCELLED grow with history too: each type's counted through
     -- job_dead_cancelled_idx up to 10001 entries, no further.
@@ -125,7 +130,7 @@ as $$
          t.name::text,
          s.status,
          s.status_name,
-         case when s.status in (1, 2) then coalesce(c.jobs, 0)
+         case when s.status in (1, 2, 6) then coalesce(c.jobs, 0)
               when s.status in (4, 5) and e.jobs <= 10000 then e.jobs
               -- More than 10000 DEAD or CANCELLED: the estimate, but at least what was counted.
               when s.status in (4, 5) then greatest(coalesce(de.jobs, 0), e.jobs)
@@ -136,10 +141,10 @@ as $$
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
          end,
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
-         s.status in (1, 2) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
+         s.status in (1, 2, 6) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
     from pyjobq.job_type t
    cross join (select g.status, pyjobq._status_name(g.status) as status_name
-                 from generate_series(1, 5) as g(status)) as s
+                 from generate_series(1, 6) as g(status)) as s
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join ended_counts e on e.job_type = t.job_type and e.status = s.status
@@ -152,7 +157,7 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
-  'PENDING and RUNNING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
+  'PENDING, RUNNING and WAITING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
   'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
   'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (before '
   'the first, from about 32 pages of the table), and exact is false.';
@@ -275,7 +280,7 @@ declare
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   if p_status is not null then
-    perform pyjobq._check_range('p_status', p_status, 1, 5);
+    perform pyjobq._check_range('p_status', p_status, 1, 6);
   end if;
   if p_job_type is not null then
     perform pyjobq._check_job_type(p_job_type);
@@ -295,7 +300,7 @@ begin
 
   -- One of three ways runs, chosen by the arguments (the others are cut off
   -- before they read a row): the statuses with few jobs (PENDING, RUNNING,
-  -- DEAD, CANCELLED: the queue's work, not its history) through their partial
+  -- WAITING, DEAD, CANCELLED: the queue's work, not its history) through their partial
   -- indexes, then sorted; DONE or any status along job_pkey in order, up to
   -- the limit. No way reads the whole history for one page.
   return query
@@ -313,6 +318,8 @@ begin
     select m.job_id from matching m where p_status = 1 and m.status = 1
     union all
     select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    union all
+    select m.job_id from matching m where p_status = 6 and m.status = 6
     union all
     select m.job_id from matching m
      where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
@@ -352,7 +359,7 @@ $$;
 
 comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..5), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
   '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
   'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
@@ -404,17 +411,19 @@ begin
            updated_at = v_now
       from locked l
      where j.job_id = l.job_id
-       and l.status in (1, 2)
-    returning j.job_id
+       and l.status in (1, 2, 6)
+    returning j.job_id, j.has_dependants
   ), audited as (
-    -- One row (an aggregate), so the cross join below writes one line.
+    -- One row (an aggregate), so the cross join below writes one line, and
+    -- the dependants of the cancelled jobs are resolved once, together.
     select pyjobq._audit('cancel', count(*),
-                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100]))
+                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
+           pyjobq._resolve_parents(array_agg(c.job_id) filter (where c.has_dependants), v_now)
       from cancelled c
   )
   select i.id,
          case when l.job_id is null then 'not_found'
-              when l.status = 1 then 'cancelled'
+              when l.status in (1, 6) then 'cancelled'
               when l.status = 2 then 'cancelled_running'
               else 'finished'
          end
@@ -426,8 +435,9 @@ end;
 $$;
 
 comment on function pyjobq.job_cancel(uuid[]) is
-  'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
-  'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
+  'Cancels up to 10000 jobs: PENDING, WAITING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
+  'redrivable, pruned like DONE); their dependants are resolved as at any end: CANCELLED in turn, unless they '
+  'run on parent failure. A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
   'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
   'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found. A call that '
   'cancelled jobs writes a line to the audit log (job_audit) with the first 100 of their ids.';
@@ -453,7 +463,7 @@ comment on function pyjobq._notify_done() is
 create trigger job_done_notify
   after update of status on pyjobq.job
   for each row
-  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2))
+  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2, 6))
   execute function pyjobq._notify_done();
 
 create function pyjobq.job_watch(p_job_ids uuid[])
@@ -477,7 +487,7 @@ begin
   update pyjobq.job j
      set notify_done = true
    where j.job_id = any (p_job_ids)
-     and j.status in (1, 2)
+     and j.status in (1, 2, 6)
      and not j.notify_done;
   -- The status after the update: a job that already ended is not announced,
   -- so the caller reads it from here.

@@ -22,7 +22,7 @@ as $$
                              from pyjobq.job a
                             where a.job_type = d.job_type
                               and a.dedupe_key = d.dedupe_key
-                              and a.status in (1, 2)))
+                              and a.status in (1, 2, 6)))
      order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
   ),
   moved as (
@@ -101,7 +101,7 @@ begin
                                                                from pyjobq.job a
                                                               where a.job_type = e.job_type
                                                                 and a.dedupe_key = e.dedupe_key
-                                                                and a.status in (1, 2)))) c
+                                                                and a.status in (1, 2, 6)))) c
                                where c.n = 1)
              and p.status in (4, 5)  -- again, on the row as it is when locked
            order by p.updated_at, p.job_id
@@ -133,7 +133,9 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
   '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
   'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays where it is. Returns the ids it moved; a call that moved jobs writes '
+  'dedupe key an active job holds stays where it is. The dependants that its end cancelled stay CANCELLED '
+  '(redrive them too: they run at once, without waiting for their parents again). Returns the ids it moved; '
+  'a call that moved jobs writes '
   'a line to the audit log (job_audit) with the first 100 of their ids.';
 
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
@@ -155,18 +157,31 @@ begin
             detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
             hint = 'e.g. ''7 days''.';
   end if;
+  -- A parent stays while a dependant of it has yet to end: the dependant's
+  -- handler reads its result. The edges go with the jobs.
   with doomed as (
     select d.job_id
       from pyjobq.job d
      where d.status in (3, 4, 5)
        and d.updated_at < v_now - p_older_than
+       and not (d.has_dependants
+                and exists (select from pyjobq.job_edge e
+                              join pyjobq.job c on c.job_id = e.child_id
+                             where e.parent_id = d.job_id
+                               and c.status in (1, 2, 6)))
      limit v_limit
        for update skip locked
+  ), deleted as (
+    delete from pyjobq.job j
+     using doomed d
+     where j.job_id = d.job_id
+    returning j.job_id, j.has_dependants, j.waiting_on is not null as has_parents
+  ), edges_out as (
+    delete from pyjobq.job_edge e using deleted x where x.has_dependants and e.parent_id = x.job_id
+  ), edges_in as (
+    delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
-  delete from pyjobq.job j
-   using doomed d
-   where j.job_id = d.job_id;
-  get diagnostics v_deleted = row_count;
+  select count(*) into v_deleted from deleted;
   perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
@@ -179,7 +194,7 @@ $$;
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
   'p_older_than '
-  '(0 to 100 years) ago, '
+  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
   'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
   'the audit log (job_audit).';

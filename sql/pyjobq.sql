@@ -11,7 +11,8 @@
 --   10_operations.sql
 --   11_schedules.sql
 --   12_activity.sql
---   13_roles.sql
+--   13_dependencies.sql
+--   14_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -37,6 +38,7 @@
 --   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
+--   job_enqueue(p_depends_on)        -> WAITING (6) until its parents end, then PENDING (or CANCELLED)
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
 --   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
@@ -146,7 +148,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 23
+  select 24
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -234,8 +236,12 @@ create table pyjobq.job (
   concurrency_key varchar(200),
   fair_rank bigint,
   metadata jsonb,
+  waiting_on int,
+  run_on_parent_failure boolean,
+  has_dependants boolean not null default false,
   constraint job_pkey primary key (job_id),
-  constraint job_status_valid check (status between 1 and 5),
+  constraint job_status_valid check (status between 1 and 6),
+  constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
   constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
   constraint job_attempts_within_max
@@ -246,7 +252,7 @@ create table pyjobq.job (
 
 comment on table pyjobq.job is
   'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
-  '5 CANCELLED.';
+  '5 CANCELLED, 6 WAITING (for parent jobs).';
 comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
@@ -267,6 +273,15 @@ comment on column pyjobq.job.metadata is
   'What the producer said about the job besides its payload, given at enqueue and returned by job_claim and '
   'job_get: a JSON object or null. traceparent and tracestate carry the W3C trace context of the enqueue, '
   'which the Python worker continues in the handler''s span.';
+comment on column pyjobq.job.waiting_on is
+  'For a job enqueued with parents (p_depends_on): while it is WAITING, how many of them have not ended yet '
+  '(its unresolved job_edge rows); 0 once they all have. Null: the job has no parents.';
+comment on column pyjobq.job.run_on_parent_failure is
+  'For a job with parents: true when it runs even after a parent ended DEAD or CANCELLED (p_on_parent_failure '
+  '=> ''run''), false when it is then CANCELLED (''cancel'', the default). Null: no parents.';
+comment on column pyjobq.job.has_dependants is
+  'Set when a job is named as a parent: its end resolves its job_edge rows (job_complete and the other '
+  'transitions to DONE, DEAD or CANCELLED look for dependants only when it is set).';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -307,9 +322,13 @@ create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from py
 -- The active-duplicate guard: a key is this key for this job type, so the
 -- producers of one type can neither see nor take another type's keys (per-type
 -- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
--- their key.
+-- their key; a WAITING job holds it.
 create unique index job_dedupe_active_idx on pyjobq.job (job_type, dedupe_key)
-  where status in (1, 2) and dedupe_key is not null;
+  where status in (1, 2, 6) and dedupe_key is not null;
+
+-- job_counts: the WAITING jobs of each type, exactly. Only jobs waiting for
+-- parents enter it.
+create index job_waiting_idx on pyjobq.job (job_type) where status = 6;
 
 -- Concurrency limits per key: the RUNNING jobs of a type with a concurrency
 -- key, counted by job_claim up to the limit. Only jobs with a key enter it.
@@ -341,6 +360,26 @@ alter table pyjobq.job set (
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0
 );
+
+-- Dependencies: one row per (parent, child) named at the child's enqueue,
+-- ord its place in the child's p_depends_on. resolved turns true, once, when
+-- the parent ends (or at the enqueue, when it had ended already): the child's
+-- waiting_on counts its unresolved rows. Rows stay after they resolve, so a
+-- child reads its parents' results and job_dependencies shows the graph; they
+-- go with the child or the parent when job_prune deletes either.
+create table pyjobq.job_edge (
+  parent_id uuid not null,
+  child_id uuid not null,
+  ord int not null,
+  resolved boolean not null,
+  constraint job_edge_pkey primary key (parent_id, child_id)
+);
+
+create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
+
+comment on table pyjobq.job_edge is
+  'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
+  'job_enqueue(_many) with p_depends_on and by the end of the parent.';
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the
@@ -549,12 +588,12 @@ immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED'])[p_status];
+  return (array['PENDING', 'RUNNING', 'DONE', 'DEAD', 'CANCELLED', 'WAITING'])[p_status];
 end;
 $$;
 
 comment on function pyjobq._status_name(int) is
-  'PENDING, RUNNING, DONE, DEAD or CANCELLED for status 1..5 (job_status_valid).';
+  'PENDING, RUNNING, DONE, DEAD, CANCELLED or WAITING for status 1..6 (job_status_valid).';
 
 create function pyjobq._check_job_type(p_job_type int)
 returns void
@@ -1288,7 +1327,9 @@ create function pyjobq._enqueue_one(
   p_now timestamptz,
   p_unique_for interval default null,
   p_concurrency_key text default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_parents uuid[] default null,
+  p_run_on_parent_failure boolean default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1300,13 +1341,16 @@ declare
   v_new_id uuid;
   v_id uuid;
   v_ended uuid;
+  v_status smallint := 1;
+  v_waiting int;
+  v_failure text;
 begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
     -- enqueue returns, and the one whose outcome is still to come.
     select a.job_id into v_id
       from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
@@ -1315,16 +1359,37 @@ begin
       return;
     end if;
   end if;
+  -- With parents: WAITING for those still to end, or CANCELLED at once by one
+  -- that ended DEAD or CANCELLED (unless it runs on parent failure).
+  if p_parents is not null then
+    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._lock_parents(p_parents) l;
+    v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
+                     when v_waiting > 0 then 6
+                     else 1 end;
+    -- Born CANCELLED, it would take no key: an active job with the key is
+    -- still the answer, as for any enqueue.
+    if v_status = 5 and p_dedupe_key is not null then
+      select a.job_id into v_id
+        from pyjobq.job a
+       where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+      if v_id is not null then
+        return query select v_id, false;
+        return;
+      end if;
+    end if;
+  end if;
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
-      (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata)
+      (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error)
     values
-      (v_new_id, v_seq, p_job_type, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now, p_now,
-       p_concurrency_key, (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
-       p_metadata)
-    on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
+       p_now, p_concurrency_key,
+       (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+       p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
+       case when v_status = 5 then v_failure end)
+    on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
@@ -1335,14 +1400,19 @@ begin
       end if;
     end if;
     if v_id is not null then
-      perform pyjobq._pending_from(p_run_after, p_now, true);
-      perform pyjobq._announce(p_job_type, p_run_after, p_now);
+      if p_parents is not null then
+        perform pyjobq._link_parents(v_id, p_parents);
+      end if;
+      if v_status = 1 then
+        perform pyjobq._pending_from(p_run_after, p_now, true);
+        perform pyjobq._announce(p_job_type, p_run_after, p_now);
+      end if;
       return query select v_id, true;
       return;
     end if;
     select a.job_id into v_id
       from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2);
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -1351,8 +1421,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb) is
-  'Inserts one PENDING job from checked arguments, or returns the active job of p_job_type holding '
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean) is
+  'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
+  'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
   'voids claim fronts and announces as every enqueue does.';
 
@@ -1365,7 +1436,9 @@ create function pyjobq.job_enqueue(
   p_max_attempts int default null,
   p_unique_for interval default null,
   p_concurrency_key text default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_depends_on uuid[] default null,
+  p_on_parent_failure text default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1380,6 +1453,7 @@ declare
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int;
+  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
 begin
   perform pyjobq._check_job_type(p_job_type);
   perform pyjobq._check_privilege('enqueue', array[p_job_type]);
@@ -1396,11 +1470,12 @@ begin
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
-                               p_unique_for, p_concurrency_key, p_metadata) e;
+                               p_unique_for, p_concurrency_key, p_metadata,
+                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
@@ -1408,6 +1483,10 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
   'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
   'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
+  'With p_depends_on (existing jobs the caller may observe, at most 100000) the job is WAITING until they have all '
+  'ended, then PENDING; a parent ending DEAD or CANCELLED cancels it, unless p_on_parent_failure is ''run'' '
+  '(default ''cancel''); job_claim returns the parents'' results with it. A duplicate returned for its key keeps '
+  'its own parents. '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -1445,6 +1524,48 @@ comment on function pyjobq._check_keys(text, text[], int) is
   'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
   'of 1 to 200 characters.';
 
+-- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
+-- array of job ids (strings) and 1-based positions of earlier rows, whose
+-- jobs are p_ids.
+create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
+returns uuid[]
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := '{}';
+  v_item jsonb;
+begin
+  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(p_spec) <> 'array' then
+    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
+      using errcode = '22023',
+            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
+  end if;
+  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
+       and v_item::numeric between 1 and p_row - 1 then
+      v_parents := v_parents || p_ids[v_item::int];
+    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
+      v_parents := v_parents || (v_item #>> '{}')::uuid;
+    else
+      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
+        using errcode = '22023',
+              detail = format('It held %s.', v_item),
+              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
+    end if;
+  end loop;
+  return v_parents;
+end;
+$$;
+
+comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
+  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
+
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -1454,7 +1575,9 @@ create function pyjobq.job_enqueue_many(
   p_max_attempts int default null,
   p_unique_for interval default null,
   p_concurrency_keys text[] default null,
-  p_metadata jsonb default null
+  p_metadata jsonb default null,
+  p_depends_on jsonb[] default null,
+  p_on_parent_failure text default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -1475,6 +1598,8 @@ declare
   v_bad int;
   v_row record;
   v_ranks bigint[];
+  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
+  v_ids uuid[] := '{}';
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -1499,6 +1624,33 @@ begin
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
   perform pyjobq._check_payload('p_metadata', p_metadata);
+
+  p_depends_on := pyjobq._check_array('p_depends_on', p_depends_on);
+  if p_depends_on is not null then
+    perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
+  end if;
+
+  -- Parents, which may be earlier rows of this call: one job at a time, in
+  -- input order, each as job_enqueue takes it.
+  if p_depends_on is not null then
+    for v_row in
+      select u.i::int as i, u.payload
+        from unnest(p_payloads) with ordinality as u(payload, i)
+       order by u.i
+    loop
+      select e.job_id, e.created into job_id, created
+        from pyjobq._enqueue_one(p_job_type, v_row.payload, v_priority, v_run_after, p_dedupe_keys[v_row.i],
+                                 v_max_attempts, v_now,
+                                 case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
+                                 p_concurrency_keys[v_row.i], p_metadata,
+                                 pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
+                                 v_run_on_parent_failure) e;
+      v_ids := v_ids || job_id;
+      ord := v_row.i;
+      return next;
+    end loop;
+    return;
+  end if;
 
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
@@ -1558,7 +1710,7 @@ begin
              p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
         from input i
        order by i.ord
-      on conflict (job_type, dedupe_key) where status in (1, 2) and dedupe_key is not null do nothing
+      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
       returning j.job_id, j.dedupe_key
     )
     select i.ord,
@@ -1571,7 +1723,7 @@ begin
       left join pyjobq.job active
              on mine.job_id is null and sibling.job_id is null
             and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
-            and active.status in (1, 2)
+            and active.status in (1, 2, 6)
      order by i.ord
   loop
     ord := v_row.ord;
@@ -1590,11 +1742,13 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
-  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. Returns one row per payload in input '
+  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
+  'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
+  'same call; p_on_parent_failure applies to every job, as job_enqueue applies both. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';
 
@@ -1775,7 +1929,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -1877,7 +2032,9 @@ begin
      where j.job_id = p.job_id
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq, p.part
+              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
+              j.seq, p.part
   )
   select c.*
     from claimed c
@@ -1895,6 +2052,7 @@ begin
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
     metadata := v_row.metadata;
+    parent_results := v_row.parent_results;
     return next;
     v_claimed := v_claimed + 1;
     v_last := v_row;
@@ -1978,7 +2136,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -2012,7 +2171,9 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs with their metadata; attempt and lease_token '
+  'round robin across their concurrency keys. Returns the claimed jobs with their metadata, and for a job with '
+  'parents (job_enqueue''s p_depends_on) their results (parent_results: a JSON array of {job_id, job_type, '
+  'status, result} in the order the enqueue named them); attempt and lease_token '
   '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
   'is due.';
 
@@ -2343,7 +2504,8 @@ returns table (
   lease_until timestamptz,
   created_at timestamptz,
   lease_token uuid,
-  metadata jsonb
+  metadata jsonb,
+  parent_results jsonb
 )
 language plpgsql
 volatile
@@ -2440,6 +2602,7 @@ begin
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
       metadata := v_row.metadata;
+      parent_results := v_row.parent_results;
       return next;
     end loop;
     perform pyjobq._rate_record_taken(v_taken, v_at);
@@ -2529,7 +2692,9 @@ begin
          where j.job_id = l.job_id
            and t.job_type = j.job_type
         returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.seq
+                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+                  case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
+                  j.seq
       )
       select c.* from claimed c order by c.priority, c.run_after, c.seq
     loop
@@ -2547,6 +2712,7 @@ begin
       created_at := v_row.created_at;
       lease_token := v_row.lease_token;
       metadata := v_row.metadata;
+      parent_results := v_row.parent_results;
       return next;
       v_claimed := v_claimed + 1;
     end loop;
@@ -2644,7 +2810,8 @@ begin
                           for update skip locked)
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
+              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results
       into v_row;
     continue when not found;  -- another claimer has it
     v_room := pyjobq._count_down(v_room, v_c.job_type::text, v_key);
@@ -2661,6 +2828,7 @@ begin
     created_at := v_row.created_at;
     lease_token := v_row.lease_token;
     metadata := v_row.metadata;
+    parent_results := v_row.parent_results;
     return next;
     v_claimed := v_claimed + 1;
     exit when v_claimed >= p_limit;
@@ -2712,6 +2880,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_job_type smallint;
+  v_has_dependants boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -2727,11 +2896,14 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.job_type into v_job_type;
+  returning j.job_type, j.has_dependants into v_job_type, v_has_dependants;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
+  if v_has_dependants then
+    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  end if;
 end;
 $$;
 
@@ -2804,10 +2976,13 @@ begin
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts, j.job_type
+    returning j.job_id, j.attempts, j.job_type, j.has_dependants
   ), counted as (
-    -- One row (an aggregate), so the cross join below records the batch once.
-    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint))
+    -- One row (an aggregate), so the cross join below records the batch once,
+    -- and resolves the dependants of its parents together (none: no call).
+    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
+           case when bool_or(d.has_dependants)
+                then pyjobq._resolve_parents(array_agg(d.job_id) filter (where d.has_dependants), v_now) end
       from done d
   )
   -- A job this very attempt completed before (a retried call whose first reply
@@ -2856,6 +3031,7 @@ declare
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
   v_job_type int;
+  v_has_dependants boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -2884,11 +3060,15 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.status::int, j.run_after, j.job_type into status, run_after, v_job_type;
+  returning j.status::int, j.run_after, j.job_type, j.has_dependants
+       into status, run_after, v_job_type, v_has_dependants;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
+  if status = 4 and v_has_dependants then
+    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
     perform pyjobq._announce(v_job_type, run_after, v_now);
@@ -3082,10 +3262,17 @@ begin
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
          and (j.lease_token = f.token or f.token is null)
-      returning j.job_id, j.attempts as attempt
+      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants
+    ), resolved as (
+      -- A job released DEAD ends: its dependants are resolved (one row, one call).
+      select case when bool_or(g.status = 4 and g.has_dependants)
+                  then pyjobq._resolve_parents(array_agg(g.job_id) filter (where g.status = 4 and g.has_dependants),
+                                               v_now) end
+        from given_back g
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
       from input i
+     cross join resolved
      order by i.ord;
 end;
 $$;
@@ -3173,9 +3360,13 @@ begin
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-    returning j.job_id, j.job_type, j.status, j.run_after
+    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants
   ), counted as (
-    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)) from reaped r
+    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
+           case when bool_or(r.status = 4 and r.has_dependants)
+                then pyjobq._resolve_parents(array_agg(r.job_id) filter (where r.status = 4 and r.has_dependants),
+                                             v_now) end
+      from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
     from reaped r
@@ -3235,6 +3426,11 @@ as $$
     select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
       from pyjobq.job j
      where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, 6, count(*), null, null
+      from pyjobq.job j
+     where j.status = 6
      group by j.job_type
   ), ended_counts as (
     -- DEAD and CANCELLED grow with history too: each type's counted through
@@ -3321,7 +3517,7 @@ as $$
          t.name::text,
          s.status,
          s.status_name,
-         case when s.status in (1, 2) then coalesce(c.jobs, 0)
+         case when s.status in (1, 2, 6) then coalesce(c.jobs, 0)
               when s.status in (4, 5) and e.jobs <= 10000 then e.jobs
               -- More than 10000 DEAD or CANCELLED: the estimate, but at least what was counted.
               when s.status in (4, 5) then greatest(coalesce(de.jobs, 0), e.jobs)
@@ -3332,10 +3528,10 @@ as $$
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
          end,
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
-         s.status in (1, 2) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
+         s.status in (1, 2, 6) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
     from pyjobq.job_type t
    cross join (select g.status, pyjobq._status_name(g.status) as status_name
-                 from generate_series(1, 5) as g(status)) as s
+                 from generate_series(1, 6) as g(status)) as s
    cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
     left join ended_counts e on e.job_type = t.job_type and e.status = s.status
@@ -3348,7 +3544,7 @@ $$;
 comment on function pyjobq.job_counts() is
   'Jobs per registered type and status (zero rows included), with health figures: for PENDING, the age in '
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
-  'PENDING and RUNNING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
+  'PENDING, RUNNING and WAITING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
   'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
   'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (before '
   'the first, from about 32 pages of the table), and exact is false.';
@@ -3471,7 +3667,7 @@ declare
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   if p_status is not null then
-    perform pyjobq._check_range('p_status', p_status, 1, 5);
+    perform pyjobq._check_range('p_status', p_status, 1, 6);
   end if;
   if p_job_type is not null then
     perform pyjobq._check_job_type(p_job_type);
@@ -3491,7 +3687,7 @@ begin
 
   -- One of three ways runs, chosen by the arguments (the others are cut off
   -- before they read a row): the statuses with few jobs (PENDING, RUNNING,
-  -- DEAD, CANCELLED: the queue's work, not its history) through their partial
+  -- WAITING, DEAD, CANCELLED: the queue's work, not its history) through their partial
   -- indexes, then sorted; DONE or any status along job_pkey in order, up to
   -- the limit. No way reads the whole history for one page.
   return query
@@ -3509,6 +3705,8 @@ begin
     select m.job_id from matching m where p_status = 1 and m.status = 1
     union all
     select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    union all
+    select m.job_id from matching m where p_status = 6 and m.status = 6
     union all
     select m.job_id from matching m
      where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
@@ -3548,7 +3746,7 @@ $$;
 
 comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..5), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
   '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
   'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
@@ -3600,17 +3798,19 @@ begin
            updated_at = v_now
       from locked l
      where j.job_id = l.job_id
-       and l.status in (1, 2)
-    returning j.job_id
+       and l.status in (1, 2, 6)
+    returning j.job_id, j.has_dependants
   ), audited as (
-    -- One row (an aggregate), so the cross join below writes one line.
+    -- One row (an aggregate), so the cross join below writes one line, and
+    -- the dependants of the cancelled jobs are resolved once, together.
     select pyjobq._audit('cancel', count(*),
-                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100]))
+                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
+           pyjobq._resolve_parents(array_agg(c.job_id) filter (where c.has_dependants), v_now)
       from cancelled c
   )
   select i.id,
          case when l.job_id is null then 'not_found'
-              when l.status = 1 then 'cancelled'
+              when l.status in (1, 6) then 'cancelled'
               when l.status = 2 then 'cancelled_running'
               else 'finished'
          end
@@ -3622,8 +3822,9 @@ end;
 $$;
 
 comment on function pyjobq.job_cancel(uuid[]) is
-  'Cancels up to 10000 jobs: PENDING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
-  'redrivable, pruned like DONE). A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
+  'Cancels up to 10000 jobs: PENDING, WAITING and RUNNING ones become CANCELLED (final, frees the dedupe key, '
+  'redrivable, pruned like DONE); their dependants are resolved as at any end: CANCELLED in turn, unless they '
+  'run on parent failure. A RUNNING job''s holder is fenced out at once (its calls get JQ005) and learns '
   'it at its next job_renew_lease_many. Returns every input id in input order with its outcome: cancelled, '
   'cancelled_running, finished (already DONE, DEAD or CANCELLED: unchanged) or not_found. A call that '
   'cancelled jobs writes a line to the audit log (job_audit) with the first 100 of their ids.';
@@ -3649,7 +3850,7 @@ comment on function pyjobq._notify_done() is
 create trigger job_done_notify
   after update of status on pyjobq.job
   for each row
-  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2))
+  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2, 6))
   execute function pyjobq._notify_done();
 
 create function pyjobq.job_watch(p_job_ids uuid[])
@@ -3673,7 +3874,7 @@ begin
   update pyjobq.job j
      set notify_done = true
    where j.job_id = any (p_job_ids)
-     and j.status in (1, 2)
+     and j.status in (1, 2, 6)
      and not j.notify_done;
   -- The status after the update: a job that already ended is not announced,
   -- so the caller reads it from here.
@@ -3715,7 +3916,7 @@ as $$
                              from pyjobq.job a
                             where a.job_type = d.job_type
                               and a.dedupe_key = d.dedupe_key
-                              and a.status in (1, 2)))
+                              and a.status in (1, 2, 6)))
      order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
   ),
   moved as (
@@ -3794,7 +3995,7 @@ begin
                                                                from pyjobq.job a
                                                               where a.job_type = e.job_type
                                                                 and a.dedupe_key = e.dedupe_key
-                                                                and a.status in (1, 2)))) c
+                                                                and a.status in (1, 2, 6)))) c
                                where c.n = 1)
              and p.status in (4, 5)  -- again, on the row as it is when locked
            order by p.updated_at, p.job_id
@@ -3826,7 +4027,9 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
   '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
   'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays where it is. Returns the ids it moved; a call that moved jobs writes '
+  'dedupe key an active job holds stays where it is. The dependants that its end cancelled stay CANCELLED '
+  '(redrive them too: they run at once, without waiting for their parents again). Returns the ids it moved; '
+  'a call that moved jobs writes '
   'a line to the audit log (job_audit) with the first 100 of their ids.';
 
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
@@ -3848,18 +4051,31 @@ begin
             detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
             hint = 'e.g. ''7 days''.';
   end if;
+  -- A parent stays while a dependant of it has yet to end: the dependant's
+  -- handler reads its result. The edges go with the jobs.
   with doomed as (
     select d.job_id
       from pyjobq.job d
      where d.status in (3, 4, 5)
        and d.updated_at < v_now - p_older_than
+       and not (d.has_dependants
+                and exists (select from pyjobq.job_edge e
+                              join pyjobq.job c on c.job_id = e.child_id
+                             where e.parent_id = d.job_id
+                               and c.status in (1, 2, 6)))
      limit v_limit
        for update skip locked
+  ), deleted as (
+    delete from pyjobq.job j
+     using doomed d
+     where j.job_id = d.job_id
+    returning j.job_id, j.has_dependants, j.waiting_on is not null as has_parents
+  ), edges_out as (
+    delete from pyjobq.job_edge e using deleted x where x.has_dependants and e.parent_id = x.job_id
+  ), edges_in as (
+    delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
-  delete from pyjobq.job j
-   using doomed d
-   where j.job_id = d.job_id;
-  get diagnostics v_deleted = row_count;
+  select count(*) into v_deleted from deleted;
   perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
@@ -3872,7 +4088,7 @@ $$;
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
   'p_older_than '
-  '(0 to 100 years) ago, '
+  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
   'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
   'the audit log (job_audit).';
@@ -4654,6 +4870,261 @@ comment on function pyjobq.job_audit(bigint, int) is
   'the login role, the actor the client named (setting pyjobq.actor), the action, how many jobs and its '
   'arguments.';
 
+-- Dependencies ----------------------------------------------------------------
+--
+-- A job enqueued with parents (p_depends_on) is WAITING (6) until each of them
+-- has ended, then PENDING; it is never claimed before. Parents must exist at
+-- its enqueue, so the graph has no cycles. Each (parent, child) pair is a row
+-- of job_edge; the child's waiting_on counts the rows not yet resolved.
+--
+-- The cost is paid by the jobs in a graph only. A parent is marked
+-- (has_dependants) when a child names it, and the transitions to DONE, DEAD
+-- and CANCELLED look for dependants only among the jobs they ended that carry
+-- the mark: a job without dependants costs its completion nothing but the
+-- test of a boolean it already read.
+--
+-- Resolving a parent's end sets its unresolved edges resolved, once each (the
+-- edge's row lock makes the second of two racing resolvers find none), and
+-- then, in one statement per call and with the children locked in id order
+-- (so two completers of parents of the same children cannot deadlock),
+-- counts the children down: at 0 a child is PENDING, due now. A parent that
+-- ended DEAD or CANCELLED makes the child CANCELLED, unless the child was
+-- enqueued with p_on_parent_failure => 'run', which counts it as resolved like
+-- DONE. A child cancelled so resolves its own dependants in turn.
+--
+-- An enqueue naming a parent locks it (FOR NO KEY UPDATE) until it commits, so
+-- the parent cannot end unseen in between: either its end commits first and
+-- the enqueue sees it ended (the edge is born resolved), or the end waits for
+-- the enqueue's commit and then finds the new edge.
+
+create function pyjobq._check_on_parent_failure(p_on_parent_failure text)
+returns boolean
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_on_parent_failure is null or p_on_parent_failure = 'cancel' then
+    return false;
+  elsif p_on_parent_failure = 'run' then
+    return true;
+  end if;
+  raise exception 'p_on_parent_failure must be ''cancel'' or ''run'''
+    using errcode = '22023',
+          detail = format('p_on_parent_failure was %s.', p_on_parent_failure),
+          hint = '''cancel'' (the default): a parent ending DEAD or CANCELLED cancels the job; ''run'': it runs anyway.';
+end;
+$$;
+
+comment on function pyjobq._check_on_parent_failure(text) is
+  'Whether a job runs after a parent ended DEAD or CANCELLED: false for p_on_parent_failure ''cancel'' or null, '
+  'true for ''run''; 22023 for anything else.';
+
+-- The parents of a job about to be enqueued: checked, locked in id order, and
+-- summed up as the state the new job starts in.
+create function pyjobq._lock_parents(p_parents uuid[], out waiting int, out failure text)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_found int;
+  v_missing uuid;
+begin
+  if cardinality(p_parents) > 100000 then
+    raise exception 'p_depends_on must name at most 100000 parents'
+      using errcode = '22023',
+            detail = format('It named %s.', cardinality(p_parents));
+  end if;
+  if array_position(p_parents, null) is not null then
+    raise exception 'p_depends_on must not contain null'
+      using errcode = '22004',
+            hint = 'Name each parent by the job_id its enqueue returned.';
+  end if;
+  with locked as materialized (
+    select p.job_id, p.job_type, p.status
+      from pyjobq.job p
+     where p.job_id = any (p_parents)
+     order by p.job_id
+       for no key update
+  )
+  select count(*), count(*) filter (where l.status in (1, 2, 6)),
+         min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
+    into v_found, waiting, failure
+    from locked l;
+  if v_found < (select count(distinct u.id) from unnest(p_parents) u(id)) then
+    select u.id into v_missing
+      from unnest(p_parents) u(id)
+     where not exists (select from pyjobq.job p where p.job_id = u.id)
+     limit 1;
+    raise exception 'parent job % not found', v_missing
+      using errcode = 'JQ002',
+            hint = 'A job can depend only on jobs that exist: enqueue the parents first (pruned jobs are gone).';
+  end if;
+  -- The child will see its parents' results: the caller must be allowed to see them.
+  perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
+                                                      from pyjobq.job p
+                                                     where p.job_id = any (p_parents)));
+end;
+$$;
+
+comment on function pyjobq._lock_parents(uuid[]) is
+  'Locks the jobs p_parents (FOR NO KEY UPDATE, in id order) for the enqueue of their child: JQ002 when one '
+  'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
+  'text naming one that ended DEAD or CANCELLED (null when none did).';
+
+-- The rows of job_edge for a new child of parents locked by _lock_parents.
+create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
+  select p.job_id, p_child, u.ord, p.status in (3, 4, 5)
+    from (select d.id, min(d.ord)::int as ord
+            from unnest(p_parents) with ordinality d(id, ord)
+           group by d.id) u
+    join pyjobq.job p on p.job_id = u.id;
+  -- Ended parents too: job_prune keeps them while the child has yet to end,
+  -- and deletes the edges with them.
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+end;
+$$;
+
+comment on function pyjobq._link_parents(uuid, uuid[]) is
+  'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
+  'marks the parents as having dependants.';
+
+create function pyjobq._resolve_parents(p_ended uuid[], p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_ended uuid[] := p_ended;
+  v_types smallint[];
+  v_type smallint;
+begin
+  while cardinality(v_ended) > 0 loop
+    with resolved as (
+      update pyjobq.job_edge e
+         set resolved = true
+        from pyjobq.job p
+       where e.parent_id = any (v_ended)
+         and not e.resolved
+         and p.job_id = e.parent_id
+         and p.status in (3, 4, 5)
+      returning e.child_id, e.parent_id, p.status
+    ), per_child as (
+      select r.child_id, count(*)::int as resolved,
+             min(format('parent %s ended %s', r.parent_id, pyjobq._status_name(r.status)))
+               filter (where r.status <> 3) as failure
+        from resolved r
+       group by r.child_id
+    ), locked as materialized (
+      select c.job_id
+        from pyjobq.job c
+       where c.job_id in (select n.child_id from per_child n)
+         and c.status = 6
+       order by c.job_id
+         for no key update
+    ), changed as (
+      update pyjobq.job c
+         set waiting_on = c.waiting_on - n.resolved,
+             status = case when n.failure is not null and not c.run_on_parent_failure then 5
+                           when c.waiting_on = n.resolved then 1
+                           else 6 end,
+             run_after = case when (n.failure is null or c.run_on_parent_failure) and c.waiting_on = n.resolved
+                              then pyjobq._pending_from(greatest(c.run_after, p_now), p_now, false)
+                              else c.run_after end,
+             last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
+                               else c.last_error end,
+             updated_at = p_now
+        from per_child n, locked l
+       where c.job_id = n.child_id
+         and l.job_id = c.job_id
+         and c.status = 6
+      returning c.job_id, c.status, c.job_type, c.has_dependants
+    )
+    select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
+           array_agg(distinct ch.job_type) filter (where ch.status = 1)
+      into v_ended, v_types
+      from changed ch;
+    foreach v_type in array coalesce(v_types, '{}') loop
+      perform pyjobq._announce(v_type, p_now, p_now);
+    end loop;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._resolve_parents(uuid[], timestamptz) is
+  'Resolves the edges of the jobs p_ended, which just ended (DONE, DEAD or CANCELLED): each WAITING child '
+  'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
+  'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
+  'made PENDING.';
+
+-- What a child's handler reads of its parents: in job_claim's row, so that it
+-- costs no second round trip, and only for jobs that have parents.
+create function pyjobq._parent_results(p_job_id uuid)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (select jsonb_agg(jsonb_build_object('job_id', e.parent_id, 'job_type', p.job_type,
+                                              'status', pyjobq._status_name(p.status), 'result', p.result)
+                           order by e.ord)
+            from pyjobq.job_edge e
+            left join pyjobq.job p on p.job_id = e.parent_id
+           where e.child_id = p_job_id);
+end;
+$$;
+
+comment on function pyjobq._parent_results(uuid) is
+  'The parents of job p_job_id in the order its enqueue named them, as a JSON array of {job_id, job_type, '
+  'status, result} (status and result null for a parent since pruned); null when it has none.';
+
+create function pyjobq.job_dependencies(p_job_id uuid)
+returns table (relation text, job_id uuid, job_type int, status int, status_name text, resolved boolean)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  return query
+  select 'parent', e.parent_id, p.job_type::int, p.status::int, pyjobq._status_name(p.status), e.resolved
+    from pyjobq.job_edge e
+    left join pyjobq.job p on p.job_id = e.parent_id
+   where e.child_id = p_job_id
+   order by e.ord;
+  return query
+  select 'dependant', e.child_id, c.job_type::int, c.status::int, pyjobq._status_name(c.status), e.resolved
+    from pyjobq.job_edge e
+    left join pyjobq.job c on c.job_id = e.child_id
+   where e.parent_id = p_job_id
+   order by c.seq, e.child_id;
+end;
+$$;
+
+comment on function pyjobq.job_dependencies(uuid) is
+  'The graph around job p_job_id: its parents (relation parent, in the order its enqueue named them) and its '
+  'dependants (relation dependant, in enqueue order), each with its type and status now (null once pruned) and whether '
+  'the edge is resolved (the parent ended). No rows for a job without either.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -4695,8 +5166,8 @@ begin
     pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
@@ -4719,6 +5190,8 @@ begin
   -- Payloads and results are the application's data: producers read back what they
   -- enqueued, admins what they operate on; observers see figures only.
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
+  -- The graph around a job shows ids and statuses, no payload.
+  grant execute on function pyjobq.job_dependencies(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
@@ -4751,10 +5224,10 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, list, cancel, watch), pyjobq_worker (claim, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers) and pyjobq_admin (counts, '
-  'throughput, workers, get, list, cancel, watch, reap, redrive, prune, audit, '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies) and pyjobq_admin (counts, '
+  'throughput, workers, get, dependencies, list, cancel, watch, reap, redrive, prune, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -428,7 +428,7 @@ def test_counts_cover_every_type_and_status_with_health_figures(conn: Conn) -> N
     rows = {
         (r[0], r[2]): r[4:] for r in conn.execute("select * from pyjobq.job_counts()").fetchall()
     }
-    assert len(rows) == 10  # 2 shipped types x 5 statuses, zeros included
+    assert len(rows) == 12  # 2 shipped types x 6 statuses, zeros included
     assert rows[(1, 1)] == (1, 3660.0, None, True)
     assert rows[(1, 2)] == (1, None, 1, True)
     assert rows[(2, 1)] == (0, 0.0, None, True)

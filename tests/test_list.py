@@ -63,7 +63,7 @@ def test_bad_arguments_are_refused(conn: Conn) -> None:
     bad: list[tuple[dict[str, Any], str]] = [
         ({"limit": 0}, "22023"),
         ({"limit": 1001}, "22023"),
-        ({"status": 6}, "22023"),
+        ({"status": 7}, "22023"),
         ({"job_type": 99}, "22023"),
         ({"dedupe_key": ""}, "22023"),
     ]

@@ -1,8 +1,9 @@
 """Model-based test: random sequences of queue calls checked step by step against a Python model.
 
-Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), claim, complete,
-complete_many, fail, renew, release, reap, redrive, prune, a schedule's set and tick, a type's
-concurrency and rate limits, and clock moves against one database. ``Model`` predicts
+Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), enqueue with
+parents (dependencies, either policy on a parent's failure), claim, complete, complete_many, fail,
+renew, release, reap, redrive, cancel, prune, a schedule's set and tick, a type's concurrency and
+rate limits, and clock moves against one database. ``Model`` predicts
 every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
 legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
 and then adopts it. After every step the whole table, ``job_counts()`` and the structural
@@ -47,7 +48,9 @@ Conn = psycopg.Connection[Any]
 
 SCALE = float(os.environ.get("PYJOBQ_TEST_SCALE", "1"))
 
-PENDING, RUNNING, DONE, DEAD, CANCELLED = 1, 2, 3, 4, 5
+PENDING, RUNNING, DONE, DEAD, CANCELLED, WAITING = 1, 2, 3, 4, 5, 6
+ACTIVE = (PENDING, RUNNING, WAITING)
+ENDED = (DONE, DEAD, CANCELLED)
 WORKERS = ("w1", "w2")
 KEYS = ("k1", "k2", "k3")
 TYPES = (1, 2)
@@ -171,6 +174,13 @@ class QueueMachine(RuleBasedStateMachine):
         self.rate: dict[int, tuple[int, timedelta] | None] = dict.fromkeys(TYPES)
         # The claims each type's rate counts: (when, how many jobs), in claim order.
         self.claims: dict[int, list[tuple[datetime, int]]] = {t: [] for t in TYPES}
+        # Dependencies: each child's parents in the order named, whether it runs after a parent
+        # failed, and the (parent, child) edges whose parent has not ended yet.
+        self.parents: dict[UUID, list[UUID]] = {}
+        self.runs_anyway: dict[UUID, bool] = {}
+        self.unresolved: set[tuple[UUID, UUID]] = set()
+        # Children moved back to PENDING by a redrive: they run without waiting again.
+        self.redriven: set[UUID] = set()
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -187,10 +197,7 @@ class QueueMachine(RuleBasedStateMachine):
         if key is None:
             return None
         for job in self.jobs.values():
-            if (job.job_type, job.dedupe_key) == (job_type, key) and job.status in (
-                PENDING,
-                RUNNING,
-            ):
+            if (job.job_type, job.dedupe_key) == (job_type, key) and job.status in ACTIVE:
                 return job.job_id
         return None
 
@@ -242,6 +249,31 @@ class QueueMachine(RuleBasedStateMachine):
                 return at + period
         return None
 
+    def ended(self, job_ids: set[UUID]) -> None:
+        """The jobs ``job_ids`` just ended: their WAITING dependants count them down (PENDING,
+        due now, at none left) or, for a parent that did not end DONE, are CANCELLED unless they
+        run anyway; dependants so cancelled end in turn."""
+        while job_ids:
+            edges = {(p, c) for p, c in self.unresolved if p in job_ids}
+            self.unresolved -= edges
+            cancelled: set[UUID] = set()
+            for child_id in {c for _, c in edges}:
+                child = self.jobs.get(child_id)
+                if child is None or child.status != WAITING:
+                    continue
+                failed = any(self.jobs[p].status != DONE for p, c in edges if c == child_id)
+                if failed and not self.runs_anyway[child_id]:
+                    self.jobs[child_id] = replace(child, status=CANCELLED, updated_at=self.now)
+                    cancelled.add(child_id)
+                elif any(c == child_id for _, c in self.unresolved):
+                    self.jobs[child_id] = replace(child, updated_at=self.now)  # counted down
+                else:
+                    self.jobs[child_id] = replace(
+                        child, status=PENDING, run_after=max(child.run_after, self.now),
+                        updated_at=self.now,
+                    )  # fmt: skip
+            job_ids = cancelled
+
     def db_rows(self) -> dict[UUID, Row]:
         rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
         return {r[0]: Row(*r) for r in rows}
@@ -281,7 +313,7 @@ class QueueMachine(RuleBasedStateMachine):
     def clean_database(self, max_running: int | None, rate: tuple[int, int] | None) -> None:
         """An empty queue; most examples start with limits in force (a limit on type 2's
         RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
-        self.conn.execute("truncate pyjobq.job, pyjobq.rate_window")
+        self.conn.execute("truncate pyjobq.job, pyjobq.rate_window, pyjobq.job_edge")
         self.conn.execute("delete from pyjobq.schedule")
         self.set_limits(1, None, rate)
         self.set_limits(2, max_running, None)
@@ -417,6 +449,54 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(
         job_type=st.sampled_from(TYPES),
+        indexes=st.lists(PICK, min_size=1, max_size=3),
+        runs_anyway=st.booleans(),
+        key=st.sampled_from([None, *KEYS]),
+    )
+    def enqueue_child(
+        self, job_type: int, indexes: list[int], runs_anyway: bool, key: str | None
+    ) -> None:
+        parents = [self.job_at(i) for i in indexes]
+
+        def enqueue() -> Any:
+            return self.q.enqueue(
+                job_type,
+                {"n": 2},
+                dedupe_key=key,
+                depends_on=parents,
+                on_parent_failure="run" if runs_anyway else None,
+            )
+
+        if any(p not in self.jobs for p in parents):
+            before = self.db_rows()
+            with pytest.raises(JobNotFound):
+                enqueue()
+            assert self.db_rows() == before
+            return
+        holder = self.active_holder(job_type, key)
+        got = enqueue()
+        if holder is not None:
+            assert (got.job_id, got.created) == (holder, False)
+            return
+        assert got.created
+        assert got.job_id not in self.jobs
+        named = list(dict.fromkeys(parents))
+        ended = {self.jobs[p].status for p in named if self.jobs[p].status in ENDED}
+        if not runs_anyway and ended - {DONE}:
+            status = CANCELLED
+        elif any(self.jobs[p].status in ACTIVE for p in named):
+            status = WAITING
+        else:
+            status = PENDING
+        self.jobs[got.job_id] = Row(
+            got.job_id, job_type, status, 100, key, 0, 0, 3, self.now, None, None, self.now
+        )
+        self.parents[got.job_id] = named
+        self.runs_anyway[got.job_id] = runs_anyway
+        self.unresolved |= {(p, got.job_id) for p in named if self.jobs[p].status in ACTIVE}
+
+    @rule(
+        job_type=st.sampled_from(TYPES),
         keys=st.lists(st.sampled_from([None, *KEYS]), min_size=1, max_size=4),
         priority=st.sampled_from([None, 7]),
     )
@@ -480,6 +560,18 @@ class QueueMachine(RuleBasedStateMachine):
             assert (c.job_type, c.priority, c.dedupe_key, c.max_attempts) == (
                 job.job_type, job.priority, job.dedupe_key, job.max_attempts,
             )  # fmt: skip
+            parents = self.parents.get(c.job_id)
+            if parents is None:
+                assert c.parent_results is None
+            else:
+                assert c.parent_results is not None
+                shown = [(r["job_id"], r["status"]) for r in c.parent_results]
+                assert shown == [(str(p), JobStatus(self.jobs[p].status).name) for p in parents]
+                if c.job_id not in self.redriven:
+                    # A dependant runs only once its parents ended: DONE, unless it runs anyway.
+                    assert not any(child == c.job_id for _, child in self.unresolved)
+                    if not self.runs_anyway[c.job_id]:
+                        assert {status for _, status in shown} <= {"DONE"}
             self.jobs[c.job_id] = replace(
                 job,
                 status=RUNNING,
@@ -502,6 +594,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.jobs[token.job_id] = replace(
                 job, status=DONE, lease_until=None, updated_at=self.now
             )
+            self.ended({token.job_id})
 
     @rule(indexes=st.lists(PICK, min_size=1, max_size=3), stranger=st.booleans())
     def complete_many(self, indexes: list[int], stranger: bool) -> None:
@@ -528,6 +621,7 @@ class QueueMachine(RuleBasedStateMachine):
         for job_id in {job_id for job_id, _ in held}:
             job = self.jobs[job_id]
             self.jobs[job_id] = replace(job, status=DONE, lease_until=None, updated_at=self.now)
+        self.ended({job_id for job_id, _ in held})
 
     @rule(
         index=PICK,
@@ -552,6 +646,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.jobs[token.job_id] = replace(
                 job, status=DEAD, lease_until=None, updated_at=self.now
             )
+            self.ended({token.job_id})
             return
         assert outcome.status == PENDING
         if delay is None:
@@ -632,6 +727,7 @@ class QueueMachine(RuleBasedStateMachine):
                 self.jobs[r.job_id] = replace(
                     job, status=DEAD, worker_id=None, lease_until=None, updated_at=self.now
                 )
+                self.ended({r.job_id})
             else:
                 assert r.status == PENDING
                 assert_backoff(r.run_after, self.now, tries_used(job))
@@ -672,9 +768,7 @@ class QueueMachine(RuleBasedStateMachine):
         moved = self.q.redrive(ids, job_type, limit)
         assert len(moved) == len(set(moved)) <= (limit or 1000)
         assert set(moved) <= {j.job_id for j in eligible}
-        held_keys = {
-            (j.job_type, j.dedupe_key) for j in self.jobs.values() if j.status in (PENDING, RUNNING)
-        }
+        held_keys = {(j.job_type, j.dedupe_key) for j in self.jobs.values() if j.status in ACTIVE}
         for job_id in moved:
             job = self.jobs[job_id]
             assert job.dedupe_key is None or (job.job_type, job.dedupe_key) not in held_keys
@@ -683,6 +777,8 @@ class QueueMachine(RuleBasedStateMachine):
                 job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
                 worker_id=None, updated_at=self.now,
             )  # fmt: skip
+            if job_id in self.parents:
+                self.redriven.add(job_id)
         if len(moved) < (limit or 1000):
             # Below the limit, a DEAD job stays DEAD only because an active job holds its key.
             for job in eligible:
@@ -695,23 +791,26 @@ class QueueMachine(RuleBasedStateMachine):
         ids = [self.job_at(i) for i in indexes] + ([uuid4()] if stranger else [])
         before = {job_id: self.jobs[job_id].status for job_id in set(ids) if job_id in self.jobs}
         got = self.q.cancel(ids)
-        outcome = {PENDING: "cancelled", RUNNING: "cancelled_running"}
+        outcome = {PENDING: "cancelled", WAITING: "cancelled", RUNNING: "cancelled_running"}
         assert [(c.job_id, c.outcome) for c in got] == [
             (i, outcome.get(before[i], "finished") if i in before else "not_found") for i in ids
         ]
         for job_id, status in before.items():
-            if status in (PENDING, RUNNING):
+            if status in ACTIVE:
                 self.jobs[job_id] = replace(
                     self.jobs[job_id], status=CANCELLED, lease_until=None, updated_at=self.now
                 )
+        self.ended({job_id for job_id, status in before.items() if status in ACTIVE})
 
     @rule(older_than=st.sampled_from([0, 60, 3600]), limit=st.sampled_from([None, 1]))
     def prune(self, older_than: int, limit: int | None) -> None:
         cutoff = self.now - timedelta(seconds=older_than)
+        # A parent stays while one of its dependants has yet to end.
+        needed = {p for c, ps in self.parents.items() if self.jobs[c].status in ACTIVE for p in ps}
         eligible = {
             j.job_id
             for j in self.jobs.values()
-            if j.status in (DONE, DEAD, CANCELLED) and j.updated_at < cutoff
+            if j.status in ENDED and j.updated_at < cutoff and j.job_id not in needed
         }
         deleted = self.q.prune(timedelta(seconds=older_than), limit)
         assert deleted == min(limit or 10000, len(eligible))
@@ -720,6 +819,9 @@ class QueueMachine(RuleBasedStateMachine):
         assert gone <= eligible
         for job_id in gone:
             del self.jobs[job_id]
+            self.parents.pop(job_id, None)
+        for child, parents in self.parents.items():
+            self.parents[child] = [p for p in parents if p not in gone]
 
     @rule(index=PICK, worker=st.sampled_from(WORKERS), attempt=st.integers(1, 4))
     def forged_token(self, index: int, worker: str, attempt: int) -> None:
@@ -750,10 +852,31 @@ class QueueMachine(RuleBasedStateMachine):
                 assert job.worker_id is not None
             if job.status == PENDING:
                 assert job.worker_id is None
-            if job.status in (PENDING, RUNNING) and job.dedupe_key is not None:
+            if job.status in ACTIVE and job.dedupe_key is not None:
                 held = (job.job_type, job.dedupe_key)
                 assert held not in active, "two active jobs of a type share a dedupe key"
                 active.add(held)
+
+    @invariant()
+    def edges_match(self) -> None:
+        """job_edge holds each child's parents and which are still to end; a WAITING job counts
+        its unresolved edges, and every unresolved edge's parent is still to end."""
+        rows = self.conn.execute(
+            "select e.parent_id, e.child_id, e.resolved, c.status, c.waiting_on"
+            " from pyjobq.job_edge e join pyjobq.job c on c.job_id = e.child_id"
+        ).fetchall()
+        assert {(p, c) for p, c, *_ in rows} == {
+            (p, c) for c, ps in self.parents.items() for p in ps
+        }
+        assert {(p, c) for p, c, resolved, *_ in rows if not resolved} == {
+            (p, c) for p, c in self.unresolved if c in self.jobs and p in self.jobs
+        }
+        assert all(self.jobs[p].status in ACTIVE for p, _ in self.unresolved if p in self.jobs)
+        for c, ps in self.parents.items():
+            if self.jobs[c].status == WAITING:
+                waiting = sum(1 for p in ps if (p, c) in self.unresolved)
+                assert waiting > 0
+                assert {r[4] for r in rows if r[1] == c} == {waiting}
 
     @invariant()
     def limits_match(self) -> None:
@@ -777,7 +900,7 @@ class QueueMachine(RuleBasedStateMachine):
         }
         want = {}
         for job_type in TYPES:
-            for status in (PENDING, RUNNING, DONE, DEAD, CANCELLED):
+            for status in (PENDING, RUNNING, DONE, DEAD, CANCELLED, WAITING):
                 rows = [
                     j for j in self.jobs.values() if j.job_type == job_type and j.status == status
                 ]

@@ -51,6 +51,7 @@ ALLOWED = {
         "job_enqueue",
         "job_enqueue_many",
         "job_get",
+        "job_dependencies",
         "job_list",
         "job_cancel",
         "job_watch",
@@ -82,6 +83,7 @@ ALLOWED = {
     },
     "pyjobq_observer": {
         "job_counts",
+        "job_dependencies",
         "job_throughput",
         "job_workers",
         "job_types",
@@ -97,6 +99,7 @@ ALLOWED = {
         "job_workers",
         "job_audit",
         "job_get",
+        "job_dependencies",
         "job_list",
         "job_cancel",
         "job_watch",

@@ -47,7 +47,8 @@ def redrive(
 @dsn_option
 @click.argument("job_ids", nargs=-1, required=True)
 def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
-    """Cancel jobs: PENDING and RUNNING ones become CANCELLED; prints each id and its outcome."""
+    """Cancel jobs: PENDING, WAITING and RUNNING ones become CANCELLED (with their dependants);
+    prints each id and its outcome."""
     try:
         ids = [UUID(j) for j in job_ids]
     except ValueError:

@@ -1,0 +1,254 @@
+-- Dependencies ----------------------------------------------------------------
+--
+-- A job enqueued with parents (p_depends_on) is WAITING (6) until each of them
+-- has ended, then PENDING; it is never claimed before. Parents must exist at
+-- its enqueue, so the graph has no cycles. Each (parent, child) pair is a row
+-- of job_edge; the child's waiting_on counts the rows not yet resolved.
+--
+-- The cost is paid by the jobs in a graph only. A parent is marked
+-- (has_dependants) when a child names it, and the transitions to DONE, DEAD
+-- and CANCELLED look for dependants only among the jobs they ended that carry
+-- the mark: a job without dependants costs its completion nothing but the
+-- test of a boolean it already read.
+--
+-- Resolving a parent's end sets its unresolved edges resolved, once each (the
+-- edge's row lock makes the second of two racing resolvers find none), and
+-- then, in one statement per call and with the children locked in id order
+-- (so two completers of parents of the same children cannot deadlock),
+-- counts the children down: at 0 a child is PENDING, due now. A parent that
+-- ended DEAD or CANCELLED makes the child CANCELLED, unless the child was
+-- enqueued with p_on_parent_failure => 'run', which counts it as resolved like
+-- DONE. A child cancelled so resolves its own dependants in turn.
+--
+-- An enqueue naming a parent locks it (FOR NO KEY UPDATE) until it commits, so
+-- the parent cannot end unseen in between: either its end commits first and
+-- the enqueue sees it ended (the edge is born resolved), or the end waits for
+-- the enqueue's commit and then finds the new edge.
+
+create function pyjobq._check_on_parent_failure(p_on_parent_failure text)
+returns boolean
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_on_parent_failure is null or p_on_parent_failure = 'cancel' then
+    return false;
+  elsif p_on_parent_failure = 'run' then
+    return true;
+  end if;
+  raise exception 'p_on_parent_failure must be ''cancel'' or ''run'''
+    using errcode = '22023',
+          detail = format('p_on_parent_failure was %s.', p_on_parent_failure),
+          hint = '''cancel'' (the default): a parent ending DEAD or CANCELLED cancels the job; ''run'': it runs anyway.';
+end;
+$$;
+
+comment on function pyjobq._check_on_parent_failure(text) is
+  'Whether a job runs after a parent ended DEAD or CANCELLED: false for p_on_parent_failure ''cancel'' or null, '
+  'true for ''run''; 22023 for anything else.';
+
+-- The parents of a job about to be enqueued: checked, locked in id order, and
+-- summed up as the state the new job starts in.
+create function pyjobq._lock_parents(p_parents uuid[], out waiting int, out failure text)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_found int;
+  v_missing uuid;
+begin
+  if cardinality(p_parents) > 100000 then
+    raise exception 'p_depends_on must name at most 100000 parents'
+      using errcode = '22023',
+            detail = format('It named %s.', cardinality(p_parents));
+  end if;
+  if array_position(p_parents, null) is not null then
+    raise exception 'p_depends_on must not contain null'
+      using errcode = '22004',
+            hint = 'Name each parent by the job_id its enqueue returned.';
+  end if;
+  with locked as materialized (
+    select p.job_id, p.job_type, p.status
+      from pyjobq.job p
+     where p.job_id = any (p_parents)
+     order by p.job_id
+       for no key update
+  )
+  select count(*), count(*) filter (where l.status in (1, 2, 6)),
+         min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
+    into v_found, waiting, failure
+    from locked l;
+  if v_found < (select count(distinct u.id) from unnest(p_parents) u(id)) then
+    select u.id into v_missing
+      from unnest(p_parents) u(id)
+     where not exists (select from pyjobq.job p where p.job_id = u.id)
+     limit 1;
+    raise exception 'parent job % not found', v_missing
+      using errcode = 'JQ002',
+            hint = 'A job can depend only on jobs that exist: enqueue the parents first (pruned jobs are gone).';
+  end if;
+  -- The child will see its parents' results: the caller must be allowed to see them.
+  perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
+                                                      from pyjobq.job p
+                                                     where p.job_id = any (p_parents)));
+end;
+$$;
+
+comment on function pyjobq._lock_parents(uuid[]) is
+  'Locks the jobs p_parents (FOR NO KEY UPDATE, in id order) for the enqueue of their child: JQ002 when one '
+  'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
+  'text naming one that ended DEAD or CANCELLED (null when none did).';
+
+-- The rows of job_edge for a new child of parents locked by _lock_parents.
+create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
+  select p.job_id, p_child, u.ord, p.status in (3, 4, 5)
+    from (select d.id, min(d.ord)::int as ord
+            from unnest(p_parents) with ordinality d(id, ord)
+           group by d.id) u
+    join pyjobq.job p on p.job_id = u.id;
+  -- Ended parents too: job_prune keeps them while the child has yet to end,
+  -- and deletes the edges with them.
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+end;
+$$;
+
+comment on function pyjobq._link_parents(uuid, uuid[]) is
+  'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
+  'marks the parents as having dependants.';
+
+create function pyjobq._resolve_parents(p_ended uuid[], p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_ended uuid[] := p_ended;
+  v_types smallint[];
+  v_type smallint;
+begin
+  while cardinality(v_ended) > 0 loop
+    with resolved as (
+      update pyjobq.job_edge e
+         set resolved = true
+        from pyjobq.job p
+       where e.parent_id = any (v_ended)
+         and not e.resolved
+         and p.job_id = e.parent_id
+         and p.status in (3, 4, 5)
+      returning e.child_id, e.parent_id, p.status
+    ), per_child as (
+      select r.child_id, count(*)::int as resolved,
+             min(format('parent %s ended %s', r.parent_id, pyjobq._status_name(r.status)))
+               filter (where r.status <> 3) as failure
+        from resolved r
+       group by r.child_id
+    ), locked as materialized (
+      select c.job_id
+        from pyjobq.job c
+       where c.job_id in (select n.child_id from per_child n)
+         and c.status = 6
+       order by c.job_id
+         for no key update
+    ), changed as (
+      update pyjobq.job c
+         set waiting_on = c.waiting_on - n.resolved,
+             status = case when n.failure is not null and not c.run_on_parent_failure then 5
+                           when c.waiting_on = n.resolved then 1
+                           else 6 end,
+             run_after = case when (n.failure is null or c.run_on_parent_failure) and c.waiting_on = n.resolved
+                              then pyjobq._pending_from(greatest(c.run_after, p_now), p_now, false)
+                              else c.run_after end,
+             last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
+                               else c.last_error end,
+             updated_at = p_now
+        from per_child n, locked l
+       where c.job_id = n.child_id
+         and l.job_id = c.job_id
+         and c.status = 6
+      returning c.job_id, c.status, c.job_type, c.has_dependants
+    )
+    select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
+           array_agg(distinct ch.job_type) filter (where ch.status = 1)
+      into v_ended, v_types
+      from changed ch;
+    foreach v_type in array coalesce(v_types, '{}') loop
+      perform pyjobq._announce(v_type, p_now, p_now);
+    end loop;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._resolve_parents(uuid[], timestamptz) is
+  'Resolves the edges of the jobs p_ended, which just ended (DONE, DEAD or CANCELLED): each WAITING child '
+  'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
+  'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
+  'made PENDING.';
+
+-- What a child's handler reads of its parents: in job_claim's row, so that it
+-- costs no second round trip, and only for jobs that have parents.
+create function pyjobq._parent_results(p_job_id uuid)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (select jsonb_agg(jsonb_build_object('job_id', e.parent_id, 'job_type', p.job_type,
+                                              'status', pyjobq._status_name(p.status), 'result', p.result)
+                           order by e.ord)
+            from pyjobq.job_edge e
+            left join pyjobq.job p on p.job_id = e.parent_id
+           where e.child_id = p_job_id);
+end;
+$$;
+
+comment on function pyjobq._parent_results(uuid) is
+  'The parents of job p_job_id in the order its enqueue named them, as a JSON array of {job_id, job_type, '
+  'status, result} (status and result null for a parent since pruned); null when it has none.';
+
+create function pyjobq.job_dependencies(p_job_id uuid)
+returns table (relation text, job_id uuid, job_type int, status int, status_name text, resolved boolean)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  return query
+  select 'parent', e.parent_id, p.job_type::int, p.status::int, pyjobq._status_name(p.status), e.resolved
+    from pyjobq.job_edge e
+    left join pyjobq.job p on p.job_id = e.parent_id
+   where e.child_id = p_job_id
+   order by e.ord;
+  return query
+  select 'dependant', e.child_id, c.job_type::int, c.status::int, pyjobq._status_name(c.status), e.resolved
+    from pyjobq.job_edge e
+    left join pyjobq.job c on c.job_id = e.child_id
+   where e.parent_id = p_job_id
+   order by c.seq, e.child_id;
+end;
+$$;
+
+comment on function pyjobq.job_dependencies(uuid) is
+  'The graph around job p_job_id: its parents (relation parent, in the order its enqueue named them) and its '
+  'dependants (relation dependant, in enqueue order), each with its type and status now (null once pruned) and whether '
+  'the edge is resolved (the parent ended). No rows for a job without either.';

@@ -1,0 +1,210 @@
+"""Dependencies under a race, proven by counting: worker processes complete, fail and abandon the
+jobs of a random graph while another cancels jobs of it at random and a reaper takes back what
+was abandoned, all at once and from separate processes.
+
+Every claim writes, in its own transaction, what it took and the statuses of the parents it was
+given; every cancel writes what it cancelled. At the end (after a drain) no job is left WAITING,
+PENDING or RUNNING; none ran twice; each ran only once its parents had all ended, DONE unless it
+runs on parent failure; each whose parent failed is CANCELLED unless it runs anyway; and each whose
+parents all ended DONE ran, unless a cancel reached it or an ancestor.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.sqlhelp import FROZEN, freeze
+
+Conn = psycopg.Connection[Any]
+
+ROOTS = 40
+LAYERS = 6
+PER_LAYER = 40
+ROUNDS = 60
+LEASE = 300
+REAPER_CLOCK = FROZEN + timedelta(seconds=LEASE + 1)
+DRAIN_CLOCK = FROZEN + timedelta(days=1)
+
+LEDGER = """
+create table ran (job_id uuid not null, worker text not null, parents jsonb);
+create table cancelled (job_id uuid not null);
+"""
+
+
+def build_graph(conn: Conn, rng: random.Random) -> dict[Any, bool]:
+    """Roots, then layers whose jobs name 1 to 4 jobs of earlier layers or earlier rows of their
+    own call; each layer's policy drawn at random. Returns job id -> runs on parent failure."""
+    runs_anyway: dict[Any, bool] = {}
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_max_attempts => 1)"
+            " order by ord",
+            (["{}"] * ROOTS,),
+        ).fetchall()
+    ]
+    runs_anyway.update(dict.fromkeys(ids, False))
+    for _ in range(LAYERS):
+        specs = []
+        for row in range(1, PER_LAYER + 1):
+            parents: list[Any] = [str(p) for p in rng.sample(ids, rng.randint(0, 3))]
+            if row > 1 and rng.random() < 0.5:
+                parents.append(rng.randint(1, row - 1))
+            specs.append(json.dumps(parents or [str(rng.choice(ids))]))
+        policy = rng.choice(["cancel", "cancel", "run"])
+        layer = [
+            r[0]
+            for r in conn.execute(
+                "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_max_attempts => 1,"
+                " p_depends_on => %s::jsonb[], p_on_parent_failure => %s) order by ord",
+                (["{}"] * PER_LAYER, specs, policy),
+            ).fetchall()
+        ]
+        runs_anyway.update(dict.fromkeys(layer, policy == "run"))
+        ids += layer
+    return runs_anyway
+
+
+def session(dsn: str, at: Any) -> Conn:
+    c = psycopg.connect(dsn, autocommit=True)
+    freeze(c, at)
+    return c
+
+
+def worker(dsn: str, name: str, seed: int) -> None:
+    """Claim (recording what the claim showed of the parents), then complete, fail for good or
+    abandon each job at random."""
+    rng = random.Random(seed)
+    with session(dsn, FROZEN) as c:
+        for _ in range(ROUNDS):
+            with c.transaction():
+                claimed = c.execute(
+                    "select job_id, attempt, lease_token, parent_results"
+                    " from pyjobq.job_claim(%s, 3, %s)",
+                    (name, LEASE),
+                ).fetchall()
+                c.cursor().executemany(
+                    "insert into ran values (%s, %s, %s)",
+                    [(j, name, psycopg.types.json.Jsonb(p)) for j, _, _, p in claimed],
+                )
+            completing = [r for r in claimed if rng.random() < 0.7]
+            if completing:
+                c.execute(
+                    "select * from pyjobq.job_complete_many(%s, %s, %s, null, %s)",
+                    (name, *[[r[i] for r in completing] for i in (0, 1, 2)]),
+                )
+            for job_id, attempt, token, _ in claimed:
+                if job_id in {r[0] for r in completing} or rng.random() < 0.5:
+                    continue  # completed, or left to the reaper
+                try:
+                    c.execute(
+                        "select * from pyjobq.job_fail(%s, %s, %s, 'boom', null, true, %s)",
+                        (job_id, name, attempt, token),
+                    )
+                except psycopg.Error as e:
+                    if e.sqlstate not in ("JQ001", "JQ005"):  # reaped or cancelled first
+                        raise
+
+
+def canceller(dsn: str, ids: list[Any], seed: int) -> None:
+    rng = random.Random(seed)
+    with session(dsn, FROZEN) as c:
+        for _ in range(ROUNDS // 3):
+            with c.transaction():
+                rows = c.execute(
+                    "select job_id, outcome from pyjobq.job_cancel(%s)", (rng.sample(ids, 2),)
+                ).fetchall()
+                c.cursor().executemany(
+                    "insert into cancelled values (%s)",
+                    [(j,) for j, o in rows if o.startswith("cancelled")],
+                )
+
+
+def reaper(dsn: str) -> None:
+    with session(dsn, REAPER_CLOCK) as c:
+        for _ in range(ROUNDS):
+            c.execute("select * from pyjobq.job_reap(2)")
+
+
+@pytest.mark.slow
+def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
+    conn: Conn, dsn: str
+) -> None:
+    conn.execute(LEDGER)
+    freeze(conn, FROZEN)
+    runs_anyway = build_graph(conn, random.Random(7))
+    ids = list(runs_anyway)
+    actors: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
+        *((worker, (dsn, f"w{n}", n)) for n in range(4)),
+        (canceller, (dsn, ids, 100)),
+        (reaper, (dsn,)),
+    ]
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=f, args=a) for f, a in actors]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(timeout=120)
+    assert [p.exitcode for p in processes] == [0] * len(processes)
+
+    # The drain: what was abandoned is reaped (DEAD: one try each), the rest runs to its end.
+    with session(dsn, DRAIN_CLOCK) as drain:
+        drain.execute("select * from pyjobq.job_reap(100000)")
+        while claimed := drain.execute(
+            "select job_id, attempt, lease_token, parent_results from pyjobq.job_claim('d', 1000)"
+        ).fetchall():
+            drain.cursor().executemany(
+                "insert into ran values (%s, 'd', %s)",
+                [(j, psycopg.types.json.Jsonb(p)) for j, _, _, p in claimed],
+            )
+            drain.execute(
+                "select * from pyjobq.job_complete_many('d', %s, %s, null, %s)",
+                tuple([r[i] for r in claimed] for i in (0, 1, 2)),
+            )
+
+    status = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    assert sorted(status) == sorted(ids), "no job lost, none added"
+    assert {j: s for j, s in status.items() if s not in (3, 4, 5)} == {}, "none left behind"
+    runs: dict[Any, list[Any]] = {}
+    for job_id, parents in conn.execute("select job_id, parents from ran").fetchall():
+        runs.setdefault(job_id, []).append(parents)
+    assert {j: len(r) for j, r in runs.items() if len(r) > 1} == {}, "none ran twice"
+    parents_of: dict[Any, list[Any]] = {}
+    for parent, child in conn.execute("select parent_id, child_id from pyjobq.job_edge").fetchall():
+        parents_of.setdefault(child, []).append(parent)
+    cancelled = {r[0] for r in conn.execute("select job_id from cancelled").fetchall()}
+
+    wrong: dict[Any, str] = {}
+    for job_id, parents in parents_of.items():
+        ended = {status[p] for p in parents}
+        seen = runs.get(job_id, [None])[0]
+        if seen is not None:
+            shown = {p["status"] for p in seen}
+            allowed = {"DONE", "DEAD", "CANCELLED"} if runs_anyway[job_id] else {"DONE"}
+            if not shown <= allowed or len(seen) != len(parents):
+                wrong[job_id] = f"ran with parents {shown}"
+        elif not runs_anyway[job_id] and ended != {3} and status[job_id] != 5:
+            wrong[job_id] = f"a parent failed, yet it is {status[job_id]}"
+        elif job_id not in cancelled and (runs_anyway[job_id] or ended == {3}):
+            # Its parents let it run and no cancel reached it: the drain would have run it.
+            wrong[job_id] = f"never ran, yet it is {status[job_id]}"
+    assert wrong == {}
+    unresolved = conn.execute("select count(*) from pyjobq.job_edge where not resolved").fetchone()
+    assert unresolved == (0,), "every edge of an ended parent is resolved"
+    # The race was run: jobs ran, failed, were reaped, and were cancelled, some through a parent.
+    assert set(status.values()) == {3, 4, 5}
+    assert len(runs) > len(ids) // 3
+    assert cancelled
+    cascaded = conn.execute(
+        "select count(*) > 0 from pyjobq.job"
+        " where status = 5 and last_error like 'parent % ended %'"
+    ).fetchone()
+    assert cascaded == (True,)

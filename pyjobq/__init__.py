@@ -1,6 +1,7 @@
 """pyjobq: a PostgreSQL job queue whose API is SQL functions; this is their Python binding."""
 
 from pyjobq.errors import (
+    BatchClosed,
     InvalidArgument,
     JobAlreadyFinished,
     JobCancelled,
@@ -16,6 +17,7 @@ from pyjobq.errors import (
 from pyjobq.migrate import SCHEMA_VERSION, Migrated, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
+    BatchInfo,
     Cancellation,
     ClaimBatch,
     ClaimedJob,
@@ -42,6 +44,8 @@ from pyjobq.rows import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BatchClosed",
+    "BatchInfo",
     "Cancellation",
     "ClaimBatch",
     "ClaimedJob",

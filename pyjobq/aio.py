@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from pyjobq import statements
 from pyjobq.aio_admin import AsyncQueueAdmin
+from pyjobq.aio_batches import AsyncBatches
 from pyjobq.aio_calls import own_cursor
 from pyjobq.errors import translated
 from pyjobq.params import (
@@ -49,7 +50,7 @@ from pyjobq.rows import (
 from pyjobq.tracing import with_trace_context
 
 
-class AsyncJobQueue(AsyncQueueAdmin):
+class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
     """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
     Given a :class:`psycopg.AsyncConnection`, every call runs on it inside whatever
@@ -74,6 +75,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
         metadata: Payload | None = None,
         depends_on: Sequence[UUID] | None = None,
         on_parent_failure: str | None = None,
+        batch_id: UUID | None = None,
     ) -> Enqueued:
         """``job_enqueue``: add one PENDING job, or return the active job of its type holding
         ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
@@ -83,7 +85,8 @@ class AsyncJobQueue(AsyncQueueAdmin):
         added to it (:mod:`pyjobq.tracing`). With ``depends_on`` (existing job ids) the job is
         WAITING until they have all ended, then PENDING, its handler seeing their results in
         :attr:`ClaimedJob.parent_results`; a parent that ends DEAD or CANCELLED cancels it,
-        unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``)."""
+        unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``). With ``batch_id``
+        (:meth:`open_batch`) the job joins that open batch."""
         code = await self._code(job_type)
         params = (
             code,
@@ -97,6 +100,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             jsonb(with_trace_context(metadata)),
             optional_list(depends_on),
             on_parent_failure,
+            batch_id,
         )
         return await self._one(Enqueued, statements.ENQUEUE, params)
 
@@ -113,6 +117,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
         metadata: Payload | None = None,
         depends_on: Sequence[Parents | None] | None = None,
         on_parent_failure: str | None = None,
+        batch_id: UUID | None = None,
     ) -> list[Enqueued]:
         """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
         (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
@@ -120,7 +125,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
         ``metadata``, with the trace context as :meth:`enqueue` adds it, goes with every job).
         ``depends_on`` pairs each payload with its parents (or ``None``): job ids, or the
         1-based positions of earlier payloads of the same call, so one call enqueues a graph;
-        ``on_parent_failure`` applies to every job, as in :meth:`enqueue`.
+        ``on_parent_failure`` and ``batch_id`` apply to every job, as in :meth:`enqueue`.
 
         Returns one :class:`Enqueued` per payload, in input order.
         """
@@ -138,6 +143,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             jsonb(with_trace_context(metadata)),
             parents_document(depends_on),
             on_parent_failure,
+            batch_id,
         )
         return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
@@ -339,11 +345,12 @@ class AsyncJobQueue(AsyncQueueAdmin):
         after: UUID | None = None,
         limit: int | None = None,
         error: str | None = None,
+        batch_id: UUID | None = None,
     ) -> list[JobSummary]:
         """``job_list``: a page of jobs, newest first unless ``oldest_first``; pass the last
         ``job_id`` of a page as ``after`` for the next one. ``error`` keeps the jobs whose last
-        error contains it, in any case. (Not ``list``: that would shadow the builtin in this
-        class's annotations.)"""
+        error contains it, in any case; ``batch_id`` the members of a batch. (Not ``list``: that
+        would shadow the builtin in this class's annotations.)"""
         params = (
             await self._code(job_type),
             status,
@@ -354,6 +361,7 @@ class AsyncJobQueue(AsyncQueueAdmin):
             after,
             limit,
             error,
+            batch_id,
         )
         return await self._rows(JobSummary, statements.LIST, params)
 

@@ -85,6 +85,12 @@ class JobCancelled(JobStateError):
     sqlstate = "JQ005"
 
 
+class BatchClosed(JobStateError):
+    """JQ006: the batch is closed (``job_batch_close``): no job joins it any more."""
+
+    sqlstate = "JQ006"
+
+
 class JobTypeConflict(JobStateError):
     """JQ004: the job type code or name is already registered to another."""
 
@@ -99,6 +105,7 @@ _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
         JobAlreadyFinished,
         JobTypeConflict,
         JobCancelled,
+        BatchClosed,
         LockTimeout,
     )
     if cls.sqlstate is not None

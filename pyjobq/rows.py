@@ -106,6 +106,32 @@ class Dependency:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """The row of ``job_batch_get``: a batch's ``state`` (open, closed, finished), how many jobs
+    joined it (``total``), how many have yet to end (``active``) and how many ended each way,
+    and the callback jobs enqueued so far (None until due)."""
+
+    batch_id: UUID
+    state: str
+    total: int
+    active: int
+    done: int
+    dead: int
+    cancelled: int
+    created_at: datetime
+    closed_at: datetime | None
+    finished_at: datetime | None
+    success_job: UUID | None
+    finish_job: UUID | None
+    dead_job: UUID | None
+
+    @property
+    def finished(self) -> bool:
+        """Closed, and every member ended: its success and finish callbacks are enqueued."""
+        return self.state == "finished"
+
+
+@dataclass(frozen=True, slots=True)
 class Watched:
     """A row of ``job_watch``: the job's status when it was watched (None: no such job)."""
 
@@ -215,6 +241,8 @@ class JobInfo:
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] | None = None
+    waiting_on: int | None = None
+    batch_id: UUID | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

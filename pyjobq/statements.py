@@ -14,7 +14,7 @@ from typing import LiteralString
 ENQUEUE: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue("
     "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text,"
-    " %s::jsonb, %s::uuid[], %s::text)"
+    " %s::jsonb, %s::uuid[], %s::text, %s::uuid)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -25,7 +25,7 @@ ENQUEUE_MANY: LiteralString = (
     " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[], %s::jsonb,"
     " (select array_agg(d order by i)"
     " from jsonb_array_elements(%s::jsonb) with ordinality as a(d, i)),"
-    " %s::text)"
+    " %s::text, %s::uuid)"
     " order by ord"
 )
 CLAIM: LiteralString = (
@@ -80,18 +80,24 @@ COUNTS: LiteralString = (
 GET: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
-    " run_started_at, finished_at, created_at, updated_at, metadata"
+    " run_started_at, finished_at, created_at, updated_at, metadata, waiting_on, batch_id"
     " from pyjobq.job_get(%s::uuid)"
 )
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"
     " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
-    " %s::boolean, %s::uuid, %s::int, %s::text)"
+    " %s::boolean, %s::uuid, %s::int, %s::text, %s::uuid)"
 )
 DEPENDENCIES: LiteralString = (
     "select relation, job_id, job_type, status, status_name, resolved"
     " from pyjobq.job_dependencies(%s::uuid)"
+)
+BATCH_OPEN: LiteralString = "select pyjobq.job_batch_open(%s::jsonb)"
+BATCH_CLOSE: LiteralString = "select pyjobq.job_batch_close(%s::uuid)"
+BATCH_GET: LiteralString = (
+    "select batch_id, state, total, active, done, dead, cancelled, created_at, closed_at,"
+    " finished_at, success_job, finish_job, dead_job from pyjobq.job_batch_get(%s::uuid)"
 )
 WATCH: LiteralString = "select job_id, status, status_name from pyjobq.job_watch(%s::uuid[])"
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"

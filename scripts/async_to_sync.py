@@ -3,7 +3,8 @@
 
 The two bindings are the same code but for ``async``/``await`` and psycopg's Async classes, so
 only the asyncio one is written by hand: ``aio.py`` (the job calls), ``aio_admin.py`` (set-up and
-administration) and ``aio_calls.py`` (how a call runs), each to its ``queue`` twin. ``--check``
+administration), ``aio_batches.py`` (batches) and ``aio_calls.py`` (how a call runs), each to its
+``queue`` twin. ``--check``
 exits 1 when a twin is not what this script writes (tests/test_binding.py runs it that way).
 """
 
@@ -32,6 +33,10 @@ MODULES = {
         "queue_calls.py",
         "``Calls``: how the synchronous binding runs one SQL function call.",
     ),
+    "aio_batches.py": (
+        "queue_batches.py",
+        "``Batches``: the synchronous binding of the batch functions.",
+    ),
 }
 
 # Whole words of the asyncio binding and what they are in the synchronous one.
@@ -39,7 +44,9 @@ WORDS = {
     "AsyncJobQueue": "JobQueue",
     "AsyncQueueAdmin": "QueueAdmin",
     "AsyncCalls": "Calls",
+    "AsyncBatches": "Batches",
     "aio_admin": "queue_admin",
+    "aio_batches": "queue_batches",
     "aio_calls": "queue_calls",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",

@@ -23,6 +23,7 @@
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_enqueue(p_depends_on)        -> WAITING (6) until its parents end, then PENDING (or CANCELLED)
+--   job_batch_open / _close / _get   -> a batch of jobs (job_enqueue's p_batch_id), its counts and callbacks
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
 --   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
@@ -56,6 +57,8 @@
 --   JQ002 job_not_found         no job with that id
 --   JQ003 job_already_finished  the caller's own attempt is already DONE or DEAD
 --   JQ004 job_type_conflict     the job type code is registered under another name
+--   JQ005 job_cancelled         the job was cancelled: nothing the attempt does is recorded
+--   JQ006 batch_closed          the batch takes no more jobs
 -- Nothing is changed when an error is raised.
 
 create schema pyjobq;
@@ -132,7 +135,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 24
+  select 25
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -223,6 +226,7 @@ create table pyjobq.job (
   waiting_on int,
   run_on_parent_failure boolean,
   has_dependants boolean not null default false,
+  batch_id uuid,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 6),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -266,6 +270,8 @@ comment on column pyjobq.job.run_on_parent_failure is
 comment on column pyjobq.job.has_dependants is
   'Set when a job is named as a parent: its end resolves its job_edge rows (job_complete and the other '
   'transitions to DONE, DEAD or CANCELLED look for dependants only when it is set).';
+comment on column pyjobq.job.batch_id is
+  'The batch the job belongs to (job_enqueue''s p_batch_id), whose counts its end updates; null: none.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -364,6 +370,34 @@ create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
 comment on table pyjobq.job_edge is
   'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
   'job_enqueue(_many) with p_depends_on and by the end of the parent.';
+
+-- Batches: a counter row per batch, which each member's enqueue and end
+-- update (once per call), and whose callbacks are enqueued by the call that
+-- makes them due, exactly once: that call holds the row's lock and sets the
+-- callback's job id, which is null until then.
+create table pyjobq.job_batch (
+  batch_id uuid not null default gen_random_uuid(),
+  created_at timestamptz not null,
+  closed_at timestamptz,
+  finished_at timestamptz,
+  total int not null default 0,
+  done int not null default 0,
+  dead int not null default 0,
+  cancelled int not null default 0,
+  callbacks jsonb not null default '{}',
+  success_job uuid,
+  finish_job uuid,
+  dead_job uuid,
+  constraint job_batch_pkey primary key (batch_id),
+  constraint job_batch_counts check (done >= 0 and dead >= 0 and cancelled >= 0 and done + dead + cancelled <= total)
+);
+
+comment on table pyjobq.job_batch is
+  'Batches of jobs: how many joined (total) and how many ended DONE, DEAD or CANCELLED; the callbacks to '
+  'enqueue (on success, finish, a dead member) and the jobs enqueued for them. Written by the pyjobq functions.';
+
+-- job_list(p_batch_id): a batch's members. Only members enter it.
+create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the

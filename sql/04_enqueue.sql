@@ -155,7 +155,8 @@ create function pyjobq._enqueue_one(
   p_concurrency_key text default null,
   p_metadata jsonb default null,
   p_parents uuid[] default null,
-  p_run_on_parent_failure boolean default null
+  p_run_on_parent_failure boolean default null,
+  p_batch_id uuid default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -208,13 +209,13 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error)
+       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id)
     values
       (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
        p_now, p_concurrency_key,
        (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
        p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
-       case when v_status = 5 then v_failure end)
+       case when v_status = 5 then v_failure end, p_batch_id)
     on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -228,6 +229,12 @@ begin
     if v_id is not null then
       if p_parents is not null then
         perform pyjobq._link_parents(v_id, p_parents);
+      end if;
+      if p_batch_id is not null then
+        perform pyjobq._batch_add(p_batch_id, 1);
+        if v_status = 5 then
+          perform pyjobq._batch_count(array[v_id], p_now);  -- born CANCELLED: it ended
+        end if;
       end if;
       if v_status = 1 then
         perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -247,11 +254,12 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid) is
   'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
   'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
-  'voids claim fronts and announces as every enqueue does.';
+  'counts a new job in batch p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue '
+  'does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,
@@ -264,7 +272,8 @@ create function pyjobq.job_enqueue(
   p_concurrency_key text default null,
   p_metadata jsonb default null,
   p_depends_on uuid[] default null,
-  p_on_parent_failure text default null
+  p_on_parent_failure text default null,
+  p_batch_id uuid default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -292,16 +301,24 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
   perform pyjobq._check_payload('p_metadata', p_metadata);
+  -- Job rows before the batch row, as every call takes them (see _ended).
+  if p_batch_id is not null then
+    if p_depends_on is not null then
+      perform pyjobq._lock_parents(p_depends_on);
+    end if;
+    perform pyjobq._batch_join(p_batch_id);
+  end if;
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
                                p_unique_for, p_concurrency_key, p_metadata,
-                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure) e;
+                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure,
+                               p_batch_id) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
@@ -312,7 +329,8 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'With p_depends_on (existing jobs the caller may observe, at most 100000) the job is WAITING until they have all '
   'ended, then PENDING; a parent ending DEAD or CANCELLED cancels it, unless p_on_parent_failure is ''run'' '
   '(default ''cancel''); job_claim returns the parents'' results with it. A duplicate returned for its key keeps '
-  'its own parents. '
+  'its own parents and batch. With p_batch_id the job joins that open batch (job_batch_open; JQ002 when there '
+  'is none, JQ006 when it is closed). '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -350,48 +368,6 @@ comment on function pyjobq._check_keys(text, text[], int) is
   'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
   'of 1 to 200 characters.';
 
--- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
--- array of job ids (strings) and 1-based positions of earlier rows, whose
--- jobs are p_ids.
-create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
-returns uuid[]
-language plpgsql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_parents uuid[] := '{}';
-  v_item jsonb;
-begin
-  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
-    return null;
-  end if;
-  if jsonb_typeof(p_spec) <> 'array' then
-    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
-      using errcode = '22023',
-            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
-  end if;
-  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
-    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
-       and v_item::numeric between 1 and p_row - 1 then
-      v_parents := v_parents || p_ids[v_item::int];
-    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
-      v_parents := v_parents || (v_item #>> '{}')::uuid;
-    else
-      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
-        using errcode = '22023',
-              detail = format('It held %s.', v_item),
-              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
-    end if;
-  end loop;
-  return v_parents;
-end;
-$$;
-
-comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
-  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
-  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
-
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -403,7 +379,8 @@ create function pyjobq.job_enqueue_many(
   p_concurrency_keys text[] default null,
   p_metadata jsonb default null,
   p_depends_on jsonb[] default null,
-  p_on_parent_failure text default null
+  p_on_parent_failure text default null,
+  p_batch_id uuid default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -426,6 +403,7 @@ declare
   v_ranks bigint[];
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
   v_ids uuid[] := '{}';
+  v_added int := 0;
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -455,6 +433,19 @@ begin
   if p_depends_on is not null then
     perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
   end if;
+  -- Job rows before the batch row, as every call takes them (see _ended): the
+  -- parents named by id, then the batch.
+  if p_batch_id is not null then
+    if p_depends_on is not null then
+      perform pyjobq._lock_parents(array(
+        select distinct (x.item #>> '{}')::uuid
+          from unnest(p_depends_on) d(spec)
+         cross join lateral jsonb_array_elements(case when jsonb_typeof(d.spec) = 'array' then d.spec end) x(item)
+         where jsonb_typeof(x.item) = 'string'
+           and (x.item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$'));
+    end if;
+    perform pyjobq._batch_join(p_batch_id);
+  end if;
 
   -- Parents, which may be earlier rows of this call: one job at a time, in
   -- input order, each as job_enqueue takes it.
@@ -470,7 +461,7 @@ begin
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
                                  p_concurrency_keys[v_row.i], p_metadata,
                                  pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
-                                 v_run_on_parent_failure) e;
+                                 v_run_on_parent_failure, p_batch_id) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;
       return next;
@@ -486,7 +477,7 @@ begin
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
                                               case when u.dedupe_key is not null then p_unique_for end,
-                                              p_concurrency_keys[u.i], p_metadata) e
+                                              p_concurrency_keys[u.i], p_metadata, null, null, p_batch_id) e
        order by u.i;
     return;
   end if;
@@ -506,15 +497,16 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
-         fair_rank, metadata)
+         fair_rank, metadata, batch_id)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
         from input i
        order by i.ord
     )
     select i.ord, i.new_id, true
       from input i
      order by i.ord;
+    perform pyjobq._batch_add(p_batch_id, v_count);
     perform pyjobq._announce(p_job_type, v_run_after, v_now);
     return;
   end if;
@@ -531,9 +523,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key, fair_rank, metadata)
+         concurrency_key, fair_rank, metadata, batch_id)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
@@ -555,25 +547,29 @@ begin
     ord := v_row.ord;
     job_id := v_row.job_id;
     created := v_row.created;
+    if created then
+      v_added := v_added + 1;
+    end if;
     if job_id is null then
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
                                  v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord],
-                                 p_metadata) e;
+                                 p_metadata, null, null, p_batch_id) e;
     end if;
     return next;
   end loop;
+  perform pyjobq._batch_add(p_batch_id, v_added);
   perform pyjobq._announce(p_job_type, v_run_after, v_now);
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
   'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
   'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
-  'same call; p_on_parent_failure applies to every job, as job_enqueue applies both. Returns one row per payload in input '
+  'same call; p_on_parent_failure and p_batch_id apply to every job, as job_enqueue applies them. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';

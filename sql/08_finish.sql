@@ -18,7 +18,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_job_type smallint;
-  v_has_dependants boolean;
+  v_followed boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -34,13 +34,13 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.job_type, j.has_dependants into v_job_type, v_has_dependants;
+  returning j.job_type, j.has_dependants or j.batch_id is not null into v_job_type, v_followed;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
-  if v_has_dependants then
-    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  if v_followed then
+    perform pyjobq._ended(array[p_job_id], v_now);
   end if;
 end;
 $$;
@@ -114,13 +114,13 @@ begin
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts, j.job_type, j.has_dependants
+    returning j.job_id, j.attempts, j.job_type, j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     -- One row (an aggregate), so the cross join below records the batch once,
-    -- and resolves the dependants of its parents together (none: no call).
+    -- and follows up the ends of parents and batch members together (none: no call).
     select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
-           case when bool_or(d.has_dependants)
-                then pyjobq._resolve_parents(array_agg(d.job_id) filter (where d.has_dependants), v_now) end
+           case when bool_or(d.followed)
+                then pyjobq._ended(array_agg(d.job_id) filter (where d.followed), v_now) end
       from done d
   )
   -- A job this very attempt completed before (a retried call whose first reply
@@ -169,7 +169,7 @@ declare
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
   v_job_type int;
-  v_has_dependants boolean;
+  v_followed boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -198,14 +198,14 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.status::int, j.run_after, j.job_type, j.has_dependants
-       into status, run_after, v_job_type, v_has_dependants;
+  returning j.status::int, j.run_after, j.job_type, j.has_dependants or j.batch_id is not null
+       into status, run_after, v_job_type, v_followed;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
-  if status = 4 and v_has_dependants then
-    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  if status = 4 and v_followed then
+    perform pyjobq._ended(array[p_job_id], v_now);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
@@ -400,12 +400,11 @@ begin
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
          and (j.lease_token = f.token or f.token is null)
-      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants
+      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants or j.batch_id is not null as followed
     ), resolved as (
-      -- A job released DEAD ends: its dependants are resolved (one row, one call).
-      select case when bool_or(g.status = 4 and g.has_dependants)
-                  then pyjobq._resolve_parents(array_agg(g.job_id) filter (where g.status = 4 and g.has_dependants),
-                                               v_now) end
+      -- A job released DEAD ends: its end is followed up (one row, one call).
+      select case when bool_or(g.status = 4 and g.followed)
+                  then pyjobq._ended(array_agg(g.job_id) filter (where g.status = 4 and g.followed), v_now) end
         from given_back g
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
@@ -498,12 +497,11 @@ begin
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants
+    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
-           case when bool_or(r.status = 4 and r.has_dependants)
-                then pyjobq._resolve_parents(array_agg(r.job_id) filter (where r.status = 4 and r.has_dependants),
-                                             v_now) end
+           case when bool_or(r.status = 4 and r.followed)
+                then pyjobq._ended(array_agg(r.job_id) filter (where r.status = 4 and r.followed), v_now) end
       from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after

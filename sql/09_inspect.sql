@@ -183,7 +183,9 @@ returns table (
   finished_at timestamptz,
   created_at timestamptz,
   updated_at timestamptz,
-  metadata jsonb
+  metadata jsonb,
+  waiting_on int,
+  batch_id uuid
 )
 language plpgsql
 stable
@@ -203,7 +205,8 @@ begin
          pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
+         j.waiting_on, j.batch_id
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -213,7 +216,8 @@ $$;
 comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
-  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), and the metadata of its enqueue. No row when there is no such job (never enqueued, '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), the metadata of its enqueue, how many parents it '
+  'still waits for (waiting_on; null without parents: job_dependencies lists them) and its batch. No row when there is no such job (never enqueued, '
   'or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
@@ -243,7 +247,8 @@ create function pyjobq.job_list(
   p_oldest_first boolean default null,
   p_after uuid default null,
   p_limit int default null,
-  p_error text default null
+  p_error text default null,
+  p_batch_id uuid default null
 )
 returns table (
   job_id uuid,
@@ -305,28 +310,34 @@ begin
   -- the limit. No way reads the whole history for one page.
   return query
   with matching as not materialized (
-    select j.job_id, j.status, j.lease_until
+    select j.job_id, j.status, j.lease_until, j.batch_id
       from pyjobq.job j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
        and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
+       and (p_batch_id is null or j.batch_id = p_batch_id)
        and j.job_type <> all (v_denied)
   ), few as materialized (
     -- Every job of the status, through its partial index, before any limit or
     -- id range could tempt the planner into walking job_pkey instead (as it
-    -- would on a table never analyzed, where rows look common).
-    select m.job_id from matching m where p_status = 1 and m.status = 1
+    -- would on a table never analyzed, where rows look common); or every
+    -- member of the batch, through job_batch_idx.
+    select m.job_id from matching m where p_batch_id is null and p_status = 1 and m.status = 1
     union all
-    select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    select m.job_id from matching m where p_batch_id is null and p_status = 2 and m.lease_until is not null
     union all
-    select m.job_id from matching m where p_status = 6 and m.status = 6
+    select m.job_id from matching m where p_batch_id is null and p_status = 6 and m.status = 6
     union all
     select m.job_id from matching m
-     where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+     where p_batch_id is null and p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+    union all
+    select m.job_id from matching m
+     where p_batch_id is not null and m.batch_id is not null and m.status = coalesce(p_status, m.status)
   ), ranged as not materialized (
     select m.job_id, m.status
       from matching m
-     where m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
+     where p_batch_id is null
+       and m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
   ), page as (
     (select f.job_id
        from few f
@@ -357,9 +368,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before), batch (p_batch_id) and text in last_error '
   '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
   'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
@@ -412,13 +423,13 @@ begin
       from locked l
      where j.job_id = l.job_id
        and l.status in (1, 2, 6)
-    returning j.job_id, j.has_dependants
+    returning j.job_id, j.has_dependants or j.batch_id is not null as followed
   ), audited as (
     -- One row (an aggregate), so the cross join below writes one line, and
-    -- the dependants of the cancelled jobs are resolved once, together.
+    -- the ends of the cancelled jobs are followed up once, together.
     select pyjobq._audit('cancel', count(*),
                          jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           pyjobq._resolve_parents(array_agg(c.job_id) filter (where c.has_dependants), v_now)
+           pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now)
       from cancelled c
   )
   select i.id,

@@ -62,6 +62,7 @@ declare
   v_limit int := coalesce(p_limit, 1000);
   v_id uuid;
   v_picked uuid[];
+  v_statuses smallint[];
   v_ids uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
@@ -82,9 +83,10 @@ begin
   -- key an active job holds must not stop every later call from reaching the
   -- rest, and of the jobs that share a key only the oldest can move (the next
   -- call may take the next), so only it is a candidate.
-  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}')
-    into v_picked
-    from (select p.job_id, p.updated_at
+  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}'),
+         coalesce(array_agg(d.status order by d.updated_at, d.job_id), '{}')
+    into v_picked, v_statuses
+    from (select p.job_id, p.updated_at, p.status
             from pyjobq.job p
            where p.job_id in (select c.job_id
                                 from (select e.job_id,
@@ -119,6 +121,7 @@ begin
       end;
     end loop;
   end;
+  perform pyjobq._batch_reopen(v_ids, v_picked, v_statuses);
   perform pyjobq._audit('redrive', cardinality(v_ids),
                         jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
                                            'given', cardinality(p_job_ids)));
@@ -182,6 +185,10 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select count(*) into v_deleted from deleted;
+  -- A finished batch goes once its members have.
+  delete from pyjobq.job_batch b
+   where b.finished_at < v_now - p_older_than
+     and not exists (select from pyjobq.job j where j.batch_id = b.batch_id);
   perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
@@ -194,7 +201,8 @@ $$;
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
   'p_older_than '
-  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, '
+  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, and the '
+  'batches finished as long ago whose jobs are all gone, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
   'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
   'the audit log (job_audit).';

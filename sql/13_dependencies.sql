@@ -101,6 +101,48 @@ comment on function pyjobq._lock_parents(uuid[]) is
   'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
   'text naming one that ended DEAD or CANCELLED (null when none did).';
 
+-- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
+-- array of job ids (strings) and 1-based positions of earlier rows, whose
+-- jobs are p_ids.
+create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
+returns uuid[]
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := '{}';
+  v_item jsonb;
+begin
+  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(p_spec) <> 'array' then
+    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
+      using errcode = '22023',
+            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
+  end if;
+  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
+       and v_item::numeric between 1 and p_row - 1 then
+      v_parents := v_parents || p_ids[v_item::int];
+    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
+      v_parents := v_parents || (v_item #>> '{}')::uuid;
+    else
+      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
+        using errcode = '22023',
+              detail = format('It held %s.', v_item),
+              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
+    end if;
+  end loop;
+  return v_parents;
+end;
+$$;
+
+comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
+  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
+
 -- The rows of job_edge for a new child of parents locked by _lock_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
@@ -128,7 +170,12 @@ comment on function pyjobq._link_parents(uuid, uuid[]) is
   'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
   'marks the parents as having dependants.';
 
-create function pyjobq._resolve_parents(p_ended uuid[], p_now timestamptz)
+-- What follows the end of jobs that have dependants or a batch: each call
+-- that ends jobs passes those it ended, once per statement. Batch rows are
+-- locked after every job row the cascade locks, never before: a call
+-- counting batch members and another ending their parents take their locks
+-- in the same order.
+create function pyjobq._ended(p_ended uuid[], p_now timestamptz)
 returns void
 language plpgsql
 volatile
@@ -136,6 +183,8 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_ended uuid[] := p_ended;
+  v_members uuid[] := p_ended;
+  v_cancelled uuid[];
   v_types smallint[];
   v_type smallint;
 begin
@@ -178,21 +227,25 @@ begin
        where c.job_id = n.child_id
          and l.job_id = c.job_id
          and c.status = 6
-      returning c.job_id, c.status, c.job_type, c.has_dependants
+      returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
     )
     select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
+           array_agg(ch.job_id) filter (where ch.status = 5 and ch.batch_id is not null),
            array_agg(distinct ch.job_type) filter (where ch.status = 1)
-      into v_ended, v_types
+      into v_ended, v_cancelled, v_types
       from changed ch;
+    v_members := v_members || v_cancelled;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
     end loop;
   end loop;
+  perform pyjobq._batch_count(v_members, p_now);
 end;
 $$;
 
-comment on function pyjobq._resolve_parents(uuid[], timestamptz) is
-  'Resolves the edges of the jobs p_ended, which just ended (DONE, DEAD or CANCELLED): each WAITING child '
+comment on function pyjobq._ended(uuid[], timestamptz) is
+  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches, and resolves their '
+  'edges: each WAITING child '
   'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
   'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
   'made PENDING.';

@@ -12,7 +12,8 @@
 --   11_schedules.sql
 --   12_activity.sql
 --   13_dependencies.sql
---   14_roles.sql
+--   14_batches.sql
+--   15_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -39,6 +40,7 @@
 --   job_watch                        -> a job's end announced on pyjobq_done
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_enqueue(p_depends_on)        -> WAITING (6) until its parents end, then PENDING (or CANCELLED)
+--   job_batch_open / _close / _get   -> a batch of jobs (job_enqueue's p_batch_id), its counts and callbacks
 --   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
 --   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
@@ -72,6 +74,8 @@
 --   JQ002 job_not_found         no job with that id
 --   JQ003 job_already_finished  the caller's own attempt is already DONE or DEAD
 --   JQ004 job_type_conflict     the job type code is registered under another name
+--   JQ005 job_cancelled         the job was cancelled: nothing the attempt does is recorded
+--   JQ006 batch_closed          the batch takes no more jobs
 -- Nothing is changed when an error is raised.
 
 create schema pyjobq;
@@ -148,7 +152,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 24
+  select 25
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -239,6 +243,7 @@ create table pyjobq.job (
   waiting_on int,
   run_on_parent_failure boolean,
   has_dependants boolean not null default false,
+  batch_id uuid,
   constraint job_pkey primary key (job_id),
   constraint job_status_valid check (status between 1 and 6),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -282,6 +287,8 @@ comment on column pyjobq.job.run_on_parent_failure is
 comment on column pyjobq.job.has_dependants is
   'Set when a job is named as a parent: its end resolves its job_edge rows (job_complete and the other '
   'transitions to DONE, DEAD or CANCELLED look for dependants only when it is set).';
+comment on column pyjobq.job.batch_id is
+  'The batch the job belongs to (job_enqueue''s p_batch_id), whose counts its end updates; null: none.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
 comment on column pyjobq.job.attempts_refunded is
@@ -380,6 +387,34 @@ create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
 comment on table pyjobq.job_edge is
   'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
   'job_enqueue(_many) with p_depends_on and by the end of the parent.';
+
+-- Batches: a counter row per batch, which each member's enqueue and end
+-- update (once per call), and whose callbacks are enqueued by the call that
+-- makes them due, exactly once: that call holds the row's lock and sets the
+-- callback's job id, which is null until then.
+create table pyjobq.job_batch (
+  batch_id uuid not null default gen_random_uuid(),
+  created_at timestamptz not null,
+  closed_at timestamptz,
+  finished_at timestamptz,
+  total int not null default 0,
+  done int not null default 0,
+  dead int not null default 0,
+  cancelled int not null default 0,
+  callbacks jsonb not null default '{}',
+  success_job uuid,
+  finish_job uuid,
+  dead_job uuid,
+  constraint job_batch_pkey primary key (batch_id),
+  constraint job_batch_counts check (done >= 0 and dead >= 0 and cancelled >= 0 and done + dead + cancelled <= total)
+);
+
+comment on table pyjobq.job_batch is
+  'Batches of jobs: how many joined (total) and how many ended DONE, DEAD or CANCELLED; the callbacks to '
+  'enqueue (on success, finish, a dead member) and the jobs enqueued for them. Written by the pyjobq functions.';
+
+-- job_list(p_batch_id): a batch's members. Only members enter it.
+create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the
@@ -1329,7 +1364,8 @@ create function pyjobq._enqueue_one(
   p_concurrency_key text default null,
   p_metadata jsonb default null,
   p_parents uuid[] default null,
-  p_run_on_parent_failure boolean default null
+  p_run_on_parent_failure boolean default null,
+  p_batch_id uuid default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1382,13 +1418,13 @@ begin
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     insert into pyjobq.job as j
       (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error)
+       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id)
     values
       (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
        p_now, p_concurrency_key,
        (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
        p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
-       case when v_status = 5 then v_failure end)
+       case when v_status = 5 then v_failure end, p_batch_id)
     on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
     if v_id is not null and p_unique_for is not null then
@@ -1402,6 +1438,12 @@ begin
     if v_id is not null then
       if p_parents is not null then
         perform pyjobq._link_parents(v_id, p_parents);
+      end if;
+      if p_batch_id is not null then
+        perform pyjobq._batch_add(p_batch_id, 1);
+        if v_status = 5 then
+          perform pyjobq._batch_count(array[v_id], p_now);  -- born CANCELLED: it ended
+        end if;
       end if;
       if v_status = 1 then
         perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -1421,11 +1463,12 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid) is
   'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
   'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
   'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
-  'voids claim fronts and announces as every enqueue does.';
+  'counts a new job in batch p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue '
+  'does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,
@@ -1438,7 +1481,8 @@ create function pyjobq.job_enqueue(
   p_concurrency_key text default null,
   p_metadata jsonb default null,
   p_depends_on uuid[] default null,
-  p_on_parent_failure text default null
+  p_on_parent_failure text default null,
+  p_batch_id uuid default null
 )
 returns table (job_id uuid, created boolean)
 language plpgsql
@@ -1466,16 +1510,24 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
   perform pyjobq._check_payload('p_metadata', p_metadata);
+  -- Job rows before the batch row, as every call takes them (see _ended).
+  if p_batch_id is not null then
+    if p_depends_on is not null then
+      perform pyjobq._lock_parents(p_depends_on);
+    end if;
+    perform pyjobq._batch_join(p_batch_id);
+  end if;
 
   return query
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
                                p_unique_for, p_concurrency_key, p_metadata,
-                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure) e;
+                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure,
+                               p_batch_id) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
@@ -1486,7 +1538,8 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'With p_depends_on (existing jobs the caller may observe, at most 100000) the job is WAITING until they have all '
   'ended, then PENDING; a parent ending DEAD or CANCELLED cancels it, unless p_on_parent_failure is ''run'' '
   '(default ''cancel''); job_claim returns the parents'' results with it. A duplicate returned for its key keeps '
-  'its own parents. '
+  'its own parents and batch. With p_batch_id the job joins that open batch (job_batch_open; JQ002 when there '
+  'is none, JQ006 when it is closed). '
   'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
   'becomes due later.';
 
@@ -1524,48 +1577,6 @@ comment on function pyjobq._check_keys(text, text[], int) is
   'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
   'of 1 to 200 characters.';
 
--- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
--- array of job ids (strings) and 1-based positions of earlier rows, whose
--- jobs are p_ids.
-create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
-returns uuid[]
-language plpgsql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_parents uuid[] := '{}';
-  v_item jsonb;
-begin
-  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
-    return null;
-  end if;
-  if jsonb_typeof(p_spec) <> 'array' then
-    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
-      using errcode = '22023',
-            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
-  end if;
-  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
-    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
-       and v_item::numeric between 1 and p_row - 1 then
-      v_parents := v_parents || p_ids[v_item::int];
-    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
-      v_parents := v_parents || (v_item #>> '{}')::uuid;
-    else
-      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
-        using errcode = '22023',
-              detail = format('It held %s.', v_item),
-              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
-    end if;
-  end loop;
-  return v_parents;
-end;
-$$;
-
-comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
-  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
-  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
-
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -1577,7 +1588,8 @@ create function pyjobq.job_enqueue_many(
   p_concurrency_keys text[] default null,
   p_metadata jsonb default null,
   p_depends_on jsonb[] default null,
-  p_on_parent_failure text default null
+  p_on_parent_failure text default null,
+  p_batch_id uuid default null
 )
 returns table (ord int, job_id uuid, created boolean)
 language plpgsql
@@ -1600,6 +1612,7 @@ declare
   v_ranks bigint[];
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
   v_ids uuid[] := '{}';
+  v_added int := 0;
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -1629,6 +1642,19 @@ begin
   if p_depends_on is not null then
     perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
   end if;
+  -- Job rows before the batch row, as every call takes them (see _ended): the
+  -- parents named by id, then the batch.
+  if p_batch_id is not null then
+    if p_depends_on is not null then
+      perform pyjobq._lock_parents(array(
+        select distinct (x.item #>> '{}')::uuid
+          from unnest(p_depends_on) d(spec)
+         cross join lateral jsonb_array_elements(case when jsonb_typeof(d.spec) = 'array' then d.spec end) x(item)
+         where jsonb_typeof(x.item) = 'string'
+           and (x.item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$'));
+    end if;
+    perform pyjobq._batch_join(p_batch_id);
+  end if;
 
   -- Parents, which may be earlier rows of this call: one job at a time, in
   -- input order, each as job_enqueue takes it.
@@ -1644,7 +1670,7 @@ begin
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
                                  p_concurrency_keys[v_row.i], p_metadata,
                                  pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
-                                 v_run_on_parent_failure) e;
+                                 v_run_on_parent_failure, p_batch_id) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;
       return next;
@@ -1660,7 +1686,7 @@ begin
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
                                               case when u.dedupe_key is not null then p_unique_for end,
-                                              p_concurrency_keys[u.i], p_metadata) e
+                                              p_concurrency_keys[u.i], p_metadata, null, null, p_batch_id) e
        order by u.i;
     return;
   end if;
@@ -1680,15 +1706,16 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
-         fair_rank, metadata)
+         fair_rank, metadata, batch_id)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
         from input i
        order by i.ord
     )
     select i.ord, i.new_id, true
       from input i
      order by i.ord;
+    perform pyjobq._batch_add(p_batch_id, v_count);
     perform pyjobq._announce(p_job_type, v_run_after, v_now);
     return;
   end if;
@@ -1705,9 +1732,9 @@ begin
     inserted as (
       insert into pyjobq.job as j
         (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key, fair_rank, metadata)
+         concurrency_key, fair_rank, metadata, batch_id)
       select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
         from input i
        order by i.ord
       on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
@@ -1729,26 +1756,30 @@ begin
     ord := v_row.ord;
     job_id := v_row.job_id;
     created := v_row.created;
+    if created then
+      v_added := v_added + 1;
+    end if;
     if job_id is null then
       -- The active job holding this key finished while we inserted.
       select e.job_id, e.created into job_id, created
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
                                  v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord],
-                                 p_metadata) e;
+                                 p_metadata, null, null, p_batch_id) e;
     end if;
     return next;
   end loop;
+  perform pyjobq._batch_add(p_batch_id, v_added);
   perform pyjobq._announce(p_job_type, v_run_after, v_now);
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
   'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
   'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
   'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
-  'same call; p_on_parent_failure applies to every job, as job_enqueue applies both. Returns one row per payload in input '
+  'same call; p_on_parent_failure and p_batch_id apply to every job, as job_enqueue applies them. Returns one row per payload in input '
   'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
   'job_enqueue does.';
 
@@ -2880,7 +2911,7 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_job_type smallint;
-  v_has_dependants boolean;
+  v_followed boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -2896,13 +2927,13 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.job_type, j.has_dependants into v_job_type, v_has_dependants;
+  returning j.job_type, j.has_dependants or j.batch_id is not null into v_job_type, v_followed;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
-  if v_has_dependants then
-    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  if v_followed then
+    perform pyjobq._ended(array[p_job_id], v_now);
   end if;
 end;
 $$;
@@ -2976,13 +3007,13 @@ begin
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts, j.job_type, j.has_dependants
+    returning j.job_id, j.attempts, j.job_type, j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     -- One row (an aggregate), so the cross join below records the batch once,
-    -- and resolves the dependants of its parents together (none: no call).
+    -- and follows up the ends of parents and batch members together (none: no call).
     select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
-           case when bool_or(d.has_dependants)
-                then pyjobq._resolve_parents(array_agg(d.job_id) filter (where d.has_dependants), v_now) end
+           case when bool_or(d.followed)
+                then pyjobq._ended(array_agg(d.job_id) filter (where d.followed), v_now) end
       from done d
   )
   -- A job this very attempt completed before (a retried call whose first reply
@@ -3031,7 +3062,7 @@ declare
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
   v_job_type int;
-  v_has_dependants boolean;
+  v_followed boolean;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -3060,14 +3091,14 @@ begin
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.status::int, j.run_after, j.job_type, j.has_dependants
-       into status, run_after, v_job_type, v_has_dependants;
+  returning j.status::int, j.run_after, j.job_type, j.has_dependants or j.batch_id is not null
+       into status, run_after, v_job_type, v_followed;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
-  if status = 4 and v_has_dependants then
-    perform pyjobq._resolve_parents(array[p_job_id], v_now);
+  if status = 4 and v_followed then
+    perform pyjobq._ended(array[p_job_id], v_now);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
   if status = 1 then
@@ -3262,12 +3293,11 @@ begin
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
          and (j.lease_token = f.token or f.token is null)
-      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants
+      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants or j.batch_id is not null as followed
     ), resolved as (
-      -- A job released DEAD ends: its dependants are resolved (one row, one call).
-      select case when bool_or(g.status = 4 and g.has_dependants)
-                  then pyjobq._resolve_parents(array_agg(g.job_id) filter (where g.status = 4 and g.has_dependants),
-                                               v_now) end
+      -- A job released DEAD ends: its end is followed up (one row, one call).
+      select case when bool_or(g.status = 4 and g.followed)
+                  then pyjobq._ended(array_agg(g.job_id) filter (where g.status = 4 and g.followed), v_now) end
         from given_back g
     )
     select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
@@ -3360,12 +3390,11 @@ begin
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants
+    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
-           case when bool_or(r.status = 4 and r.has_dependants)
-                then pyjobq._resolve_parents(array_agg(r.job_id) filter (where r.status = 4 and r.has_dependants),
-                                             v_now) end
+           case when bool_or(r.status = 4 and r.followed)
+                then pyjobq._ended(array_agg(r.job_id) filter (where r.status = 4 and r.followed), v_now) end
       from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
@@ -3570,7 +3599,9 @@ returns table (
   finished_at timestamptz,
   created_at timestamptz,
   updated_at timestamptz,
-  metadata jsonb
+  metadata jsonb,
+  waiting_on int,
+  batch_id uuid
 )
 language plpgsql
 stable
@@ -3590,7 +3621,8 @@ begin
          pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
-         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata
+         case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
+         j.waiting_on, j.batch_id
     from pyjobq.job j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
@@ -3600,7 +3632,8 @@ $$;
 comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
-  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), and the metadata of its enqueue. No row when there is no such job (never enqueued, '
+  '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), the metadata of its enqueue, how many parents it '
+  'still waits for (waiting_on; null without parents: job_dependencies lists them) and its batch. No row when there is no such job (never enqueued, '
   'or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
@@ -3630,7 +3663,8 @@ create function pyjobq.job_list(
   p_oldest_first boolean default null,
   p_after uuid default null,
   p_limit int default null,
-  p_error text default null
+  p_error text default null,
+  p_batch_id uuid default null
 )
 returns table (
   job_id uuid,
@@ -3692,28 +3726,34 @@ begin
   -- the limit. No way reads the whole history for one page.
   return query
   with matching as not materialized (
-    select j.job_id, j.status, j.lease_until
+    select j.job_id, j.status, j.lease_until, j.batch_id
       from pyjobq.job j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
        and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
+       and (p_batch_id is null or j.batch_id = p_batch_id)
        and j.job_type <> all (v_denied)
   ), few as materialized (
     -- Every job of the status, through its partial index, before any limit or
     -- id range could tempt the planner into walking job_pkey instead (as it
-    -- would on a table never analyzed, where rows look common).
-    select m.job_id from matching m where p_status = 1 and m.status = 1
+    -- would on a table never analyzed, where rows look common); or every
+    -- member of the batch, through job_batch_idx.
+    select m.job_id from matching m where p_batch_id is null and p_status = 1 and m.status = 1
     union all
-    select m.job_id from matching m where p_status = 2 and m.lease_until is not null
+    select m.job_id from matching m where p_batch_id is null and p_status = 2 and m.lease_until is not null
     union all
-    select m.job_id from matching m where p_status = 6 and m.status = 6
+    select m.job_id from matching m where p_batch_id is null and p_status = 6 and m.status = 6
     union all
     select m.job_id from matching m
-     where p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+     where p_batch_id is null and p_status in (4, 5) and m.status in (4, 5) and m.status = p_status
+    union all
+    select m.job_id from matching m
+     where p_batch_id is not null and m.batch_id is not null and m.status = coalesce(p_status, m.status)
   ), ranged as not materialized (
     select m.job_id, m.status
       from matching m
-     where m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
+     where p_batch_id is null
+       and m.job_id >= v_from and m.job_id < v_to and m.job_id is distinct from p_after
   ), page as (
     (select f.job_id
        from few f
@@ -3744,9 +3784,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text) is
+comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid) is
   'Lists jobs newest first (or oldest, p_oldest_first), up to p_limit (1..1000, default 100), filtered by job '
-  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before) and text in last_error '
+  'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before), batch (p_batch_id) and text in last_error '
   '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
   'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
@@ -3799,13 +3839,13 @@ begin
       from locked l
      where j.job_id = l.job_id
        and l.status in (1, 2, 6)
-    returning j.job_id, j.has_dependants
+    returning j.job_id, j.has_dependants or j.batch_id is not null as followed
   ), audited as (
     -- One row (an aggregate), so the cross join below writes one line, and
-    -- the dependants of the cancelled jobs are resolved once, together.
+    -- the ends of the cancelled jobs are followed up once, together.
     select pyjobq._audit('cancel', count(*),
                          jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           pyjobq._resolve_parents(array_agg(c.job_id) filter (where c.has_dependants), v_now)
+           pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now)
       from cancelled c
   )
   select i.id,
@@ -3956,6 +3996,7 @@ declare
   v_limit int := coalesce(p_limit, 1000);
   v_id uuid;
   v_picked uuid[];
+  v_statuses smallint[];
   v_ids uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
@@ -3976,9 +4017,10 @@ begin
   -- key an active job holds must not stop every later call from reaching the
   -- rest, and of the jobs that share a key only the oldest can move (the next
   -- call may take the next), so only it is a candidate.
-  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}')
-    into v_picked
-    from (select p.job_id, p.updated_at
+  select coalesce(array_agg(d.job_id order by d.updated_at, d.job_id), '{}'),
+         coalesce(array_agg(d.status order by d.updated_at, d.job_id), '{}')
+    into v_picked, v_statuses
+    from (select p.job_id, p.updated_at, p.status
             from pyjobq.job p
            where p.job_id in (select c.job_id
                                 from (select e.job_id,
@@ -4013,6 +4055,7 @@ begin
       end;
     end loop;
   end;
+  perform pyjobq._batch_reopen(v_ids, v_picked, v_statuses);
   perform pyjobq._audit('redrive', cardinality(v_ids),
                         jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
                                            'given', cardinality(p_job_ids)));
@@ -4076,6 +4119,10 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select count(*) into v_deleted from deleted;
+  -- A finished batch goes once its members have.
+  delete from pyjobq.job_batch b
+   where b.finished_at < v_now - p_older_than
+     and not exists (select from pyjobq.job j where j.batch_id = b.batch_id);
   perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
@@ -4088,7 +4135,8 @@ $$;
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
   'p_older_than '
-  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, '
+  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, and the '
+  'batches finished as long ago whose jobs are all gone, '
   'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
   'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
   'the audit log (job_audit).';
@@ -4973,6 +5021,48 @@ comment on function pyjobq._lock_parents(uuid[]) is
   'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
   'text naming one that ended DEAD or CANCELLED (null when none did).';
 
+-- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
+-- array of job ids (strings) and 1-based positions of earlier rows, whose
+-- jobs are p_ids.
+create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
+returns uuid[]
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := '{}';
+  v_item jsonb;
+begin
+  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
+    return null;
+  end if;
+  if jsonb_typeof(p_spec) <> 'array' then
+    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
+      using errcode = '22023',
+            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
+  end if;
+  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
+       and v_item::numeric between 1 and p_row - 1 then
+      v_parents := v_parents || p_ids[v_item::int];
+    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
+      v_parents := v_parents || (v_item #>> '{}')::uuid;
+    else
+      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
+        using errcode = '22023',
+              detail = format('It held %s.', v_item),
+              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
+    end if;
+  end loop;
+  return v_parents;
+end;
+$$;
+
+comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
+  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
+
 -- The rows of job_edge for a new child of parents locked by _lock_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
@@ -5000,7 +5090,12 @@ comment on function pyjobq._link_parents(uuid, uuid[]) is
   'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
   'marks the parents as having dependants.';
 
-create function pyjobq._resolve_parents(p_ended uuid[], p_now timestamptz)
+-- What follows the end of jobs that have dependants or a batch: each call
+-- that ends jobs passes those it ended, once per statement. Batch rows are
+-- locked after every job row the cascade locks, never before: a call
+-- counting batch members and another ending their parents take their locks
+-- in the same order.
+create function pyjobq._ended(p_ended uuid[], p_now timestamptz)
 returns void
 language plpgsql
 volatile
@@ -5008,6 +5103,8 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_ended uuid[] := p_ended;
+  v_members uuid[] := p_ended;
+  v_cancelled uuid[];
   v_types smallint[];
   v_type smallint;
 begin
@@ -5050,21 +5147,25 @@ begin
        where c.job_id = n.child_id
          and l.job_id = c.job_id
          and c.status = 6
-      returning c.job_id, c.status, c.job_type, c.has_dependants
+      returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
     )
     select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
+           array_agg(ch.job_id) filter (where ch.status = 5 and ch.batch_id is not null),
            array_agg(distinct ch.job_type) filter (where ch.status = 1)
-      into v_ended, v_types
+      into v_ended, v_cancelled, v_types
       from changed ch;
+    v_members := v_members || v_cancelled;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
     end loop;
   end loop;
+  perform pyjobq._batch_count(v_members, p_now);
 end;
 $$;
 
-comment on function pyjobq._resolve_parents(uuid[], timestamptz) is
-  'Resolves the edges of the jobs p_ended, which just ended (DONE, DEAD or CANCELLED): each WAITING child '
+comment on function pyjobq._ended(uuid[], timestamptz) is
+  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches, and resolves their '
+  'edges: each WAITING child '
   'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
   'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
   'made PENDING.';
@@ -5125,6 +5226,371 @@ comment on function pyjobq.job_dependencies(uuid) is
   'dependants (relation dependant, in enqueue order), each with its type and status now (null once pruned) and whether '
   'the edge is resolved (the parent ended). No rows for a job without either.';
 
+-- Batches -----------------------------------------------------------------------
+--
+-- A batch groups jobs: job_batch_open returns its id, job_enqueue's
+-- p_batch_id adds jobs to it while it is open, and job_batch_close says no
+-- more will come. Its callbacks are jobs enqueued when they become due: on
+-- success once it is closed and every member is DONE, on finish once it is
+-- closed and every member has ended, and on dead at the first member that
+-- ends DEAD. Each is enqueued exactly once, by the call that makes it due,
+-- whatever calls race: every change to a batch's counts or state takes the
+-- batch row's lock, and a callback is enqueued only while its job id on the
+-- row is null, in the transaction that sets it. A member's end is counted
+-- by the call that ended it (once per call and batch); a redriven member is
+-- taken off its count, to be counted again at its next end. A callback's
+-- payload is the one given at open, with "batch": {batch_id, total, done,
+-- dead, cancelled} added; the finished batch is announced on pyjobq_batch.
+
+-- The callbacks of job_batch_open: null, or an object whose keys are among
+-- success, finish and dead, each {"job_type": a registered type the caller
+-- may enqueue, "payload": an object (optional)}.
+create function pyjobq._check_callbacks(p_callbacks jsonb)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_key text;
+  v_spec jsonb;
+  v_type int;
+begin
+  if p_callbacks is null then
+    return '{}';
+  end if;
+  if jsonb_typeof(p_callbacks) <> 'object' then
+    raise exception 'p_callbacks must be a JSON object'
+      using errcode = '22023',
+            hint = 'e.g. {"success": {"job_type": 3, "payload": {"report": 7}}}; keys: success, finish, dead.';
+  end if;
+  for v_key, v_spec in select e.key, e.value from jsonb_each(p_callbacks) e loop
+    if v_key not in ('success', 'finish', 'dead') then
+      raise exception 'p_callbacks has an unknown key %', v_key
+        using errcode = '22023',
+              hint = 'The callbacks are success (every member DONE), finish (every member ended) and dead (a member DEAD).';
+    end if;
+    if jsonb_typeof(v_spec) <> 'object' or jsonb_typeof(v_spec -> 'job_type') <> 'number'
+       or (v_spec ? 'payload' and jsonb_typeof(v_spec -> 'payload') <> 'object')
+       or exists (select from jsonb_object_keys(v_spec) k where k not in ('job_type', 'payload')) then
+      raise exception 'p_callbacks.% must be {"job_type": a type code, "payload": a JSON object}', v_key
+        using errcode = '22023',
+              detail = format('It was %s.', v_spec);
+    end if;
+    v_type := (v_spec ->> 'job_type')::numeric::int;
+    perform pyjobq._check_job_type(v_type);
+    perform pyjobq._check_privilege('enqueue', array[v_type]);
+  end loop;
+  return p_callbacks;
+end;
+$$;
+
+comment on function pyjobq._check_callbacks(jsonb) is
+  'Checks job_batch_open''s p_callbacks (22023 naming what is wrong, 42501 for a type the caller may not '
+  'enqueue) and returns it, {} for null.';
+
+create function pyjobq.job_batch_open(p_callbacks jsonb default null)
+returns uuid
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_id uuid;
+begin
+  insert into pyjobq.job_batch (created_at, callbacks)
+  values (pyjobq.clock_now(), pyjobq._check_callbacks(p_callbacks))
+  returning batch_id into v_id;
+  return v_id;
+end;
+$$;
+
+comment on function pyjobq.job_batch_open(jsonb) is
+  'Opens a batch and returns its id (random), which job_enqueue''s p_batch_id takes until job_batch_close. '
+  'p_callbacks: null or {"success" | "finish" | "dead": {"job_type": code, "payload": object}}, jobs enqueued '
+  'exactly once: success when the closed batch''s members are all DONE, finish when they have all ended, dead '
+  'at the first member DEAD; each payload gets "batch": {batch_id, total, done, dead, cancelled}.';
+
+-- The batch a new job joins, locked until the enqueue commits (its count of
+-- members goes up at the end of the enqueue): JQ002 when there is none,
+-- JQ006 when it is closed.
+create function pyjobq._batch_join(p_batch_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_closed timestamptz;
+begin
+  select b.closed_at into v_closed
+    from pyjobq.job_batch b
+   where b.batch_id = p_batch_id
+     for no key update;
+  if not found then
+    raise exception 'batch % not found', p_batch_id
+      using errcode = 'JQ002',
+            hint = 'Open one with job_batch_open; a finished batch is pruned with its jobs.';
+  end if;
+  if v_closed is not null then
+    raise exception 'batch % is closed', p_batch_id
+      using errcode = 'JQ006',
+            detail = format('It was closed at %s.', v_closed),
+            hint = 'Jobs join a batch between job_batch_open and job_batch_close.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._batch_join(uuid) is
+  'Locks batch p_batch_id for an enqueue of its members: JQ002 when it does not exist, JQ006 when it is closed.';
+
+-- Jobs that joined batch p_batch_id (locked by _batch_join).
+create function pyjobq._batch_add(p_batch_id uuid, p_jobs int)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_batch_id is not null and p_jobs > 0 then
+    update pyjobq.job_batch b set total = b.total + p_jobs where b.batch_id = p_batch_id;
+  end if;
+end;
+$$;
+
+comment on function pyjobq._batch_add(uuid, int) is
+  'Counts p_jobs new members of batch p_batch_id (none when it is null).';
+
+-- Redriven members p_moved, back to PENDING from their status in p_statuses
+-- (DEAD or CANCELLED, paired with p_picked): taken off their batches' counts,
+-- to be counted again when they end; a finished batch is no longer finished
+-- (its callbacks stay enqueued, once).
+create function pyjobq._batch_reopen(p_moved uuid[], p_picked uuid[], p_statuses smallint[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  with members as (
+    select j.batch_id, u.status
+      from unnest(p_picked, p_statuses) u(id, status)
+      join pyjobq.job j on j.job_id = u.id
+     where u.id = any (p_moved)
+       and j.batch_id is not null
+  ), locked as materialized (
+    select b.batch_id
+      from pyjobq.job_batch b
+     where b.batch_id in (select m.batch_id from members m)
+     order by b.batch_id
+       for no key update
+  )
+  update pyjobq.job_batch b
+     set dead = b.dead - m.dead,
+         cancelled = b.cancelled - m.cancelled,
+         finished_at = null
+    from (select m.batch_id,
+                 count(*) filter (where m.status = 4)::int as dead,
+                 count(*) filter (where m.status = 5)::int as cancelled
+            from members m
+           group by m.batch_id) m, locked l
+   where b.batch_id = m.batch_id
+     and l.batch_id = b.batch_id;
+end;
+$$;
+
+comment on function pyjobq._batch_reopen(uuid[], uuid[], smallint[]) is
+  'Takes the redriven jobs p_moved, which were DEAD or CANCELLED (p_statuses, paired with p_picked), off their '
+  'batches'' counts.';
+
+-- A batch's callback, enqueued now.
+create function pyjobq._batch_callback(p_batch pyjobq.job_batch, p_which text, p_now timestamptz)
+returns uuid
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_spec jsonb := p_batch.callbacks -> p_which;
+  v_type int := (v_spec ->> 'job_type')::numeric::int;
+begin
+  return (select e.job_id
+            from pyjobq._enqueue_one(
+                   v_type,
+                   coalesce(v_spec -> 'payload', '{}')
+                     || jsonb_build_object('batch', jsonb_build_object(
+                          'batch_id', p_batch.batch_id, 'total', p_batch.total, 'done', p_batch.done,
+                          'dead', p_batch.dead, 'cancelled', p_batch.cancelled)),
+                   100, p_now, null, pyjobq._max_attempts(v_type, null), p_now) e);
+end;
+$$;
+
+comment on function pyjobq._batch_callback(pyjobq.job_batch, text, timestamptz) is
+  'Enqueues the p_which callback of batch p_batch (its payload with "batch" and the counts added); its job id.';
+
+-- The callbacks the batches p_batches (locked by the caller) are due, each
+-- enqueued once, and the batches that finished marked and announced.
+create function pyjobq._batch_fire(p_batches uuid[], p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_batch pyjobq.job_batch;
+  v_finished boolean;
+begin
+  for v_batch in
+    select b.* from pyjobq.job_batch b where b.batch_id = any (p_batches) order by b.batch_id
+  loop
+    v_finished := v_batch.closed_at is not null
+                  and v_batch.done + v_batch.dead + v_batch.cancelled = v_batch.total;
+    update pyjobq.job_batch b
+       set dead_job = case when b.dead_job is null and b.dead > 0 and b.callbacks ? 'dead'
+                           then pyjobq._batch_callback(v_batch, 'dead', p_now) else b.dead_job end,
+           finish_job = case when b.finish_job is null and v_finished and b.callbacks ? 'finish'
+                             then pyjobq._batch_callback(v_batch, 'finish', p_now) else b.finish_job end,
+           success_job = case when b.success_job is null and v_finished and b.done = b.total
+                                   and b.callbacks ? 'success'
+                              then pyjobq._batch_callback(v_batch, 'success', p_now) else b.success_job end,
+           finished_at = case when v_finished then coalesce(b.finished_at, p_now) end
+     where b.batch_id = v_batch.batch_id;
+    if v_finished and v_batch.finished_at is null then
+      perform pg_notify('pyjobq_batch', v_batch.batch_id::text);
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._batch_fire(uuid[], timestamptz) is
+  'For the batches p_batches, locked by the caller: enqueues each callback that is due and not yet enqueued, '
+  'and marks (finished_at) and announces on pyjobq_batch a batch that finished.';
+
+-- The members among p_ids that just ended, counted in their batches.
+create function pyjobq._batch_count(p_ids uuid[], p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_batches uuid[];
+begin
+  with members as (
+    select j.batch_id, j.status
+      from pyjobq.job j
+     where j.job_id = any (p_ids)
+       and j.batch_id is not null
+  ), locked as materialized (
+    -- In id order: two calls counting members of the same batches cannot deadlock.
+    select b.batch_id
+      from pyjobq.job_batch b
+     where b.batch_id in (select m.batch_id from members m)
+     order by b.batch_id
+       for no key update
+  ), counted as (
+    update pyjobq.job_batch b
+       set done = b.done + m.done,
+           dead = b.dead + m.dead,
+           cancelled = b.cancelled + m.cancelled
+      from (select m.batch_id,
+                   count(*) filter (where m.status = 3)::int as done,
+                   count(*) filter (where m.status = 4)::int as dead,
+                   count(*) filter (where m.status = 5)::int as cancelled
+              from members m
+             group by m.batch_id) m, locked l
+     where b.batch_id = m.batch_id
+       and l.batch_id = b.batch_id
+    returning b.batch_id
+  )
+  select array_agg(c.batch_id) into v_batches from counted c;
+  if v_batches is not null then
+    perform pyjobq._batch_fire(v_batches, p_now);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._batch_count(uuid[], timestamptz) is
+  'Counts the jobs p_ids that just ended in their batches (DONE, DEAD or CANCELLED), and enqueues the callbacks '
+  'that makes due.';
+
+create function pyjobq.job_batch_close(p_batch_id uuid)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  if p_batch_id is null then
+    raise exception 'p_batch_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the id job_batch_open returned.';
+  end if;
+  update pyjobq.job_batch b
+     set closed_at = coalesce(b.closed_at, v_now)
+   where b.batch_id = p_batch_id;
+  if not found then
+    raise exception 'batch % not found', p_batch_id
+      using errcode = 'JQ002';
+  end if;
+  perform pyjobq._batch_fire(array[p_batch_id], v_now);
+end;
+$$;
+
+comment on function pyjobq.job_batch_close(uuid) is
+  'Closes batch p_batch_id: no job joins it any more (JQ006), and once its members have all ended it is '
+  'finished (at once when they have), its callbacks enqueued. Closing a closed batch changes nothing. JQ002 '
+  'when there is no such batch.';
+
+create function pyjobq.job_batch_get(p_batch_id uuid)
+returns table (
+  batch_id uuid,
+  state text,
+  total int,
+  active int,
+  done int,
+  dead int,
+  cancelled int,
+  created_at timestamptz,
+  closed_at timestamptz,
+  finished_at timestamptz,
+  success_job uuid,
+  finish_job uuid,
+  dead_job uuid
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_batch_id is null then
+    raise exception 'p_batch_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the id job_batch_open returned.';
+  end if;
+  return query
+  select b.batch_id,
+         case when b.finished_at is not null then 'finished'
+              when b.closed_at is not null then 'closed'
+              else 'open' end,
+         b.total, b.total - b.done - b.dead - b.cancelled, b.done, b.dead, b.cancelled,
+         b.created_at, b.closed_at, b.finished_at, b.success_job, b.finish_job, b.dead_job
+    from pyjobq.job_batch b
+   where b.batch_id = p_batch_id;
+end;
+$$;
+
+comment on function pyjobq.job_batch_get(uuid) is
+  'Batch p_batch_id: its state (open, closed, finished: closed with every member ended), how many jobs joined '
+  '(total), how many have yet to end (active) and how many ended DONE, DEAD and CANCELLED, and the callback '
+  'jobs enqueued so far. No row when there is no such batch.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -5166,8 +5632,10 @@ begin
     pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid),
+    pyjobq.job_batch_open(jsonb),
+    pyjobq.job_batch_close(uuid)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
@@ -5192,11 +5660,12 @@ begin
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
   -- The graph around a job shows ids and statuses, no payload.
   grant execute on function pyjobq.job_dependencies(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
+  grant execute on function pyjobq.job_batch_get(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text)
+    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid)
     to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
@@ -5224,10 +5693,10 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, batches, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies) and pyjobq_admin (counts, '
-  'throughput, workers, get, dependencies, list, cancel, watch, reap, redrive, prune, audit, '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies, batch get) and pyjobq_admin (counts, '
+  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

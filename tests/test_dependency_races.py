@@ -1,12 +1,15 @@
-"""Dependencies under a race, proven by counting: worker processes complete, fail and abandon the
-jobs of a random graph while another cancels jobs of it at random and a reaper takes back what
-was abandoned, all at once and from separate processes.
+"""Dependencies and batches under a race, proven by counting: worker processes complete, fail and
+abandon the jobs of a random graph, spread over batches, while another cancels jobs of it at random,
+another closes the batches, and a reaper takes back what was abandoned, all at once and from
+separate processes.
 
 Every claim writes, in its own transaction, what it took and the statuses of the parents it was
 given; every cancel writes what it cancelled. At the end (after a drain) no job is left WAITING,
 PENDING or RUNNING; none ran twice; each ran only once its parents had all ended, DONE unless it
 runs on parent failure; each whose parent failed is CANCELLED unless it runs anyway; and each whose
-parents all ended DONE ran, unless a cancel reached it or an ancestor.
+parents all ended DONE ran, unless a cancel reached it or an ancestor. Every batch finished, its
+counts are its members' ends, and each of its callbacks was enqueued exactly once, or never when it
+was not due.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from tests.sqlhelp import FROZEN, freeze
+from tests.sqlhelp import FROZEN, freeze, one
 
 Conn = psycopg.Connection[Any]
 
@@ -29,6 +33,10 @@ ROOTS = 40
 LAYERS = 6
 PER_LAYER = 40
 ROUNDS = 60
+BATCHES = 3
+CALLBACKS = {
+    which: {"job_type": 2, "payload": {"on": which}} for which in ("success", "finish", "dead")
+}
 LEASE = 300
 REAPER_CLOCK = FROZEN + timedelta(seconds=LEASE + 1)
 DRAIN_CLOCK = FROZEN + timedelta(days=1)
@@ -39,16 +47,17 @@ create table cancelled (job_id uuid not null);
 """
 
 
-def build_graph(conn: Conn, rng: random.Random) -> dict[Any, bool]:
+def build_graph(conn: Conn, rng: random.Random, batches: list[Any]) -> dict[Any, bool]:
     """Roots, then layers whose jobs name 1 to 4 jobs of earlier layers or earlier rows of their
-    own call; each layer's policy drawn at random. Returns job id -> runs on parent failure."""
+    own call; each layer's policy and batch drawn at random. Returns job id -> runs on parent
+    failure."""
     runs_anyway: dict[Any, bool] = {}
     ids = [
         r[0]
         for r in conn.execute(
-            "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_max_attempts => 1)"
-            " order by ord",
-            (["{}"] * ROOTS,),
+            "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_max_attempts => 1,"
+            " p_batch_id => %s) order by ord",
+            (["{}"] * ROOTS, batches[0]),
         ).fetchall()
     ]
     runs_anyway.update(dict.fromkeys(ids, False))
@@ -64,8 +73,9 @@ def build_graph(conn: Conn, rng: random.Random) -> dict[Any, bool]:
             r[0]
             for r in conn.execute(
                 "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_max_attempts => 1,"
-                " p_depends_on => %s::jsonb[], p_on_parent_failure => %s) order by ord",
-                (["{}"] * PER_LAYER, specs, policy),
+                " p_depends_on => %s::jsonb[], p_on_parent_failure => %s, p_batch_id => %s)"
+                " order by ord",
+                (["{}"] * PER_LAYER, specs, policy, rng.choice(batches)),
             ).fetchall()
         ]
         runs_anyway.update(dict.fromkeys(layer, policy == "run"))
@@ -88,7 +98,7 @@ def worker(dsn: str, name: str, seed: int) -> None:
             with c.transaction():
                 claimed = c.execute(
                     "select job_id, attempt, lease_token, parent_results"
-                    " from pyjobq.job_claim(%s, 3, %s)",
+                    " from pyjobq.job_claim(%s, 3, %s, '{1}')",
                     (name, LEASE),
                 ).fetchall()
                 c.cursor().executemany(
@@ -128,6 +138,19 @@ def canceller(dsn: str, ids: list[Any], seed: int) -> None:
                 )
 
 
+def closer(dsn: str, batches: list[Any], seed: int) -> None:
+    """Close the batches one by one at random moments of the race, the last at its end."""
+    rng = random.Random(seed)
+    open_ = list(batches)
+    with session(dsn, FROZEN) as c:
+        for _ in range(ROUNDS):
+            c.execute("select * from pyjobq.job_batch_get(%s)", (rng.choice(batches),))
+            if open_ and rng.random() < 0.05:
+                c.execute("select pyjobq.job_batch_close(%s)", (open_.pop(),))
+        for batch in open_:
+            c.execute("select pyjobq.job_batch_close(%s)", (batch,))
+
+
 def reaper(dsn: str) -> None:
     with session(dsn, REAPER_CLOCK) as c:
         for _ in range(ROUNDS):
@@ -140,11 +163,15 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
 ) -> None:
     conn.execute(LEDGER)
     freeze(conn, FROZEN)
-    runs_anyway = build_graph(conn, random.Random(7))
+    batches = [
+        one(conn, "select pyjobq.job_batch_open(%s)", (Jsonb(CALLBACKS),)) for _ in range(BATCHES)
+    ]
+    runs_anyway = build_graph(conn, random.Random(7), batches)
     ids = list(runs_anyway)
     actors: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
         *((worker, (dsn, f"w{n}", n)) for n in range(4)),
         (canceller, (dsn, ids, 100)),
+        (closer, (dsn, batches, 200)),
         (reaper, (dsn,)),
     ]
     context = multiprocessing.get_context("spawn")
@@ -159,7 +186,8 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
     with session(dsn, DRAIN_CLOCK) as drain:
         drain.execute("select * from pyjobq.job_reap(100000)")
         while claimed := drain.execute(
-            "select job_id, attempt, lease_token, parent_results from pyjobq.job_claim('d', 1000)"
+            "select job_id, attempt, lease_token, parent_results"
+            " from pyjobq.job_claim('d', 1000, null, '{1}')"
         ).fetchall():
             drain.cursor().executemany(
                 "insert into ran values (%s, 'd', %s)",
@@ -170,7 +198,9 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
                 tuple([r[i] for r in claimed] for i in (0, 1, 2)),
             )
 
-    status = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    status = dict(
+        conn.execute("select job_id, status from pyjobq.job where job_type = 1").fetchall()
+    )
     assert sorted(status) == sorted(ids), "no job lost, none added"
     assert {j: s for j, s in status.items() if s not in (3, 4, 5)} == {}, "none left behind"
     runs: dict[Any, list[Any]] = {}
@@ -208,3 +238,29 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
         " where status = 5 and last_error like 'parent % ended %'"
     ).fetchone()
     assert cascaded == (True,)
+
+    # Every batch finished, counted its members' ends, and enqueued each callback exactly once
+    # when it was due: success only when every member is DONE, dead only when one is DEAD.
+    for batch in batches:
+        row = conn.execute(
+            "select state, total, done, dead, cancelled from pyjobq.job_batch_get(%s)", (batch,)
+        ).fetchone()
+        ends = conn.execute(
+            "select count(*), count(*) filter (where status = 3),"
+            " count(*) filter (where status = 4),"
+            " count(*) filter (where status = 5) from pyjobq.job where batch_id = %s",
+            (batch,),
+        ).fetchone()
+        assert ends is not None
+        assert row == ("finished", *ends)
+        fired = sorted(
+            r[0]
+            for r in conn.execute(
+                "select payload ->> 'on' from pyjobq.job"
+                " where job_type = 2 and payload -> 'batch' ->> 'batch_id' = %s",
+                (str(batch),),
+            ).fetchall()
+        )
+        due = {"finish"} | ({"success"} if ends[1] == ends[0] else set())
+        due |= {"dead"} if ends[2] else set()
+        assert fired == sorted(due), (batch, ends)

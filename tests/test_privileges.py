@@ -50,6 +50,9 @@ ALLOWED = {
     "pyjobq_producer": {
         "job_enqueue",
         "job_enqueue_many",
+        "job_batch_open",
+        "job_batch_close",
+        "job_batch_get",
         "job_get",
         "job_dependencies",
         "job_list",
@@ -84,6 +87,7 @@ ALLOWED = {
     "pyjobq_observer": {
         "job_counts",
         "job_dependencies",
+        "job_batch_get",
         "job_throughput",
         "job_workers",
         "job_types",
@@ -100,6 +104,7 @@ ALLOWED = {
         "job_audit",
         "job_get",
         "job_dependencies",
+        "job_batch_get",
         "job_list",
         "job_cancel",
         "job_watch",

@@ -16,7 +16,7 @@ FUNCTIONS = {
     "job_counts": "",
     "job_throughput": "int",
     "job_workers": "interval",
-    "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text",
+    "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid",
     "job_get": "uuid",
     "job_audit": "bigint, int",
     "job_schedules": "",

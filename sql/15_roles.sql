@@ -39,8 +39,10 @@ begin
     pyjobq.schema_version(), pyjobq.clock_now()
     to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text)
+    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid),
+    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid),
+    pyjobq.job_batch_open(jsonb),
+    pyjobq.job_batch_close(uuid)
     to pyjobq_producer;
   grant execute on function
     pyjobq.job_claim(text, int, int, int[]),
@@ -65,11 +67,12 @@ begin
   grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
   -- The graph around a job shows ids and statuses, no payload.
   grant execute on function pyjobq.job_dependencies(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
+  grant execute on function pyjobq.job_batch_get(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
   -- Producers cancel what they enqueued; admins anything.
   grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
   grant execute on function
-    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text)
+    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid)
     to pyjobq_producer, pyjobq_admin;
   grant execute on function
     pyjobq.job_redrive(uuid[], int, int),
@@ -97,10 +100,10 @@ $$;
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
+  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, batches, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies) and pyjobq_admin (counts, '
-  'throughput, workers, get, dependencies, list, cancel, watch, reap, redrive, prune, audit, '
+  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies, batch get) and pyjobq_admin (counts, '
+  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

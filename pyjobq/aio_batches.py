@@ -1,0 +1,110 @@
+"""``AsyncBatches``: the asyncio binding of the pyjobq batch functions: open a batch, close it,
+read its counts, and wait for it to finish.
+
+A base of :class:`pyjobq.aio.AsyncJobQueue`; ``scripts/async_to_sync.py`` writes the
+synchronous ``pyjobq/queue_batches.py`` from it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import class_row
+
+from pyjobq import statements
+from pyjobq.aio_calls import AsyncCalls, own_cursor
+from pyjobq.errors import translated
+from pyjobq.params import Payload, jsonb
+from pyjobq.rows import BatchInfo
+
+Callback = tuple[int | str, Payload | None]
+
+
+class AsyncBatches(AsyncCalls):
+    """The batch calls of :class:`pyjobq.aio.AsyncJobQueue`."""
+
+    async def open_batch(
+        self,
+        on_success: Callback | None = None,
+        on_finish: Callback | None = None,
+        on_dead: Callback | None = None,
+    ) -> UUID:
+        """``job_batch_open``: a new batch's id, for ``enqueue(..., batch_id=...)``. Each
+        callback, a ``(job type, payload)`` pair, is a job the queue enqueues exactly once: on
+        success when the closed batch's jobs are all DONE, on finish when they have all ended,
+        on dead at the first that ends DEAD; its payload gets ``"batch"`` with the counts."""
+        callbacks = {}
+        for name, callback in (("success", on_success), ("finish", on_finish), ("dead", on_dead)):
+            if callback is not None:
+                job_type, payload = callback
+                spec = {"job_type": await self._code(job_type)}
+                callbacks[name] = spec if payload is None else {**spec, "payload": dict(payload)}
+        batch_id: UUID = await self._scalar(statements.BATCH_OPEN, (jsonb(callbacks),))
+        return batch_id
+
+    async def close_batch(self, batch_id: UUID) -> None:
+        """``job_batch_close``: no job joins the batch any more (:class:`BatchClosed`); once its
+        jobs have all ended it is finished and its callbacks are enqueued."""
+        await self._scalar(statements.BATCH_CLOSE, (batch_id,))
+
+    async def get_batch(self, batch_id: UUID) -> BatchInfo | None:
+        """``job_batch_get``: the batch's state and counts; None if there is no such batch."""
+        rows = await self._rows(BatchInfo, statements.BATCH_GET, (batch_id,))
+        return rows[0] if rows else None
+
+    @asynccontextmanager
+    async def batch(
+        self,
+        on_success: Callback | None = None,
+        on_finish: Callback | None = None,
+        on_dead: Callback | None = None,
+    ) -> AsyncIterator[UUID]:
+        """A batch open for the ``with`` block (its id, for ``enqueue(..., batch_id=...)``) and
+        closed when the block ends normally; a block that raises leaves it open, its callbacks
+        not due, as a transaction that failed commits nothing."""
+        batch_id = await self.open_batch(on_success, on_finish, on_dead)
+        yield batch_id
+        await self.close_batch(batch_id)
+
+    async def wait_batch(self, batch_id: UUID, timeout: float) -> BatchInfo | None:
+        """Wait up to ``timeout`` seconds for the batch to finish, without polling: LISTEN
+        pyjobq_batch, read the batch, then the notifications until its id comes. Returns the
+        finished batch, or None if it has not finished by then (or does not exist). Runs
+        outside any transaction, as :meth:`AsyncJobQueue.wait` does."""
+        async with self._connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ValueError("wait_batch() needs a connection outside a transaction")
+            autocommit = conn.autocommit
+            await conn.set_autocommit(True)
+            try:
+                return await self._wait_batch_on(conn, batch_id, time.monotonic() + timeout)
+            finally:
+                await conn.execute("unlisten pyjobq_batch")
+                await conn.set_autocommit(autocommit)
+
+    async def _wait_batch_on(
+        self, conn: psycopg.AsyncConnection[Any], batch_id: UUID, deadline: float
+    ) -> BatchInfo | None:
+        await conn.execute("listen pyjobq_batch")
+        with translated():
+            while True:
+                async with own_cursor(conn, class_row(BatchInfo)) as cur:
+                    await cur.execute(statements.BATCH_GET, (batch_id,))
+                    batch = await cur.fetchone()
+                if batch is None or batch.finished:
+                    return batch
+                # A batch finishes once, but a redrive may reopen it: read it again after
+                # each announcement of it.
+                heard = False
+                while not heard and (left := deadline - time.monotonic()) > 0:
+                    async for note in conn.notifies(timeout=left):
+                        if note.payload == str(batch_id):
+                            heard = True
+                            break
+                if not heard:
+                    return None

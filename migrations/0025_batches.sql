@@ -7,8 +7,10 @@
 -- shows its counts and state. Its callbacks (on success, on finish, on a dead
 -- member) are enqueued exactly once. The calls that end jobs follow up the
 -- ends of batch members as they do those of parents, through _ended, which
--- takes _resolve_parents' place. job_list filters by batch; job_get shows the
--- batch and how many parents a job still waits for.
+-- takes _resolve_parents' place and counts a parent's children down without a
+-- plan that grows with their square. job_enqueue_many adds rows with parents
+-- and without keys set-based (_enqueue_graph). job_list filters by batch;
+-- job_get shows the batch and how many parents a job still waits for.
 
 drop function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text);
 drop function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text);
@@ -396,6 +398,205 @@ comment on function pyjobq.job_batch_get(uuid) is
   '(total), how many have yet to end (active) and how many ended DONE, DEAD and CANCELLED, and the callback '
   'jobs enqueued so far. No row when there is no such batch.';
 
+-- A row's parents come back as positions and ids, and rows with parents but
+-- no keys are enqueued set-based.
+drop function pyjobq._row_parents(jsonb, int, uuid[]);
+
+create function pyjobq._row_parents(p_spec jsonb, p_row int)
+returns table (k int, pos int, id uuid)
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_item jsonb;
+  v_k int := 0;
+begin
+  if p_spec is null or jsonb_typeof(p_spec) = 'null' then
+    return;
+  end if;
+  if jsonb_typeof(p_spec) <> 'array' then
+    raise exception 'p_depends_on[%] must be null or a JSON array', p_row
+      using errcode = '22023',
+            hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
+  end if;
+  for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    v_k := v_k + 1;
+    k := v_k;
+    if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
+       and v_item::numeric between 1 and p_row - 1 then
+      pos := v_item::int;
+      id := null;
+    elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
+      pos := null;
+      id := (v_item #>> '{}')::uuid;
+    else
+      raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
+        using errcode = '22023',
+              detail = format('It held %s.', v_item),
+              hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
+    end if;
+    return next;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq._row_parents(jsonb, int) is
+  'The parents of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows), in order: each a position (pos) or a job id; 22023 for anything else.';
+
+create or replace function pyjobq._enqueue_graph(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_priority int,
+  p_run_after timestamptz,
+  p_max_attempts int,
+  p_now timestamptz,
+  p_concurrency_keys text[],
+  p_metadata jsonb,
+  p_depends_on jsonb[],
+  p_run_on_parent_failure boolean,
+  p_batch_id uuid
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_count int := cardinality(p_payloads);
+  v_ids uuid[];
+  v_seqs bigint[];
+  v_ranks bigint[];
+  v_child int[];      -- the edges, by child row then place in its list
+  v_k int[];
+  v_pos int[];
+  v_parent uuid[];
+  v_status smallint[];
+  v_external uuid[];
+  v_has_parents boolean[] := array_fill(false, array[v_count]);
+  v_cancel boolean[] := array_fill(false, array[v_count]);
+  v_named boolean[] := array_fill(false, array[v_count]);
+  v_wait int[] := array_fill(0, array[v_count]);
+  v_failure text[] := array_fill(null::text, array[v_count]);
+  v_active boolean[];
+  v_e int;
+  v_c int;
+  v_failed boolean;
+begin
+  select array_agg(n.seq order by n.seq), array_agg(n.job_id order by n.seq)
+    into v_seqs, v_ids
+    from pyjobq._new_job_ids(p_now, v_count) n;
+  -- Every edge, checked, its parent resolved to a job id; a parent named twice by
+  -- one row counts once.
+  select array_agg(e.child order by e.child, e.k), array_agg(e.k order by e.child, e.k),
+         array_agg(e.pos order by e.child, e.k), array_agg(e.parent order by e.child, e.k)
+    into v_child, v_k, v_pos, v_parent
+    from (select distinct on (u.i, coalesce(v_ids[r.pos], r.id))
+                 u.i::int as child, r.k, r.pos, coalesce(v_ids[r.pos], r.id) as parent
+            from unnest(p_depends_on) with ordinality u(spec, i)
+           cross join lateral pyjobq._row_parents(u.spec, u.i::int) r
+           order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
+  v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
+  if cardinality(v_external) > 0 then
+    perform pyjobq._lock_parents(v_external);
+  end if;
+  select array_agg(j.status order by x.n)
+    into v_status
+    from unnest(v_parent) with ordinality x(id, n)
+    left join pyjobq.job j on j.job_id = x.id;
+  v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
+  for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
+    v_c := v_child[v_e];
+    v_has_parents[v_c] := true;
+    if v_pos[v_e] is not null then
+      v_named[v_pos[v_e]] := true;
+      v_failed := v_cancel[v_pos[v_e]];
+      v_active[v_e] := not v_failed;
+      if v_failed then
+        v_status[v_e] := 5;
+      end if;
+    else
+      v_failed := v_status[v_e] in (4, 5);
+      v_active[v_e] := v_status[v_e] in (1, 2, 6);
+    end if;
+    if v_failed and not p_run_on_parent_failure and not v_cancel[v_c] then
+      v_cancel[v_c] := true;
+      v_failure[v_c] := format('parent %s ended %s', v_parent[v_e], pyjobq._status_name(v_status[v_e]));
+    end if;
+    if v_active[v_e] then
+      v_wait[v_c] := v_wait[v_c] + 1;
+    end if;
+  end loop;
+  v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
+
+  insert into pyjobq.job
+    (job_id, seq, job_type, status, payload, priority, run_after, max_attempts, created_at, updated_at,
+     concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id, has_dependants)
+  select v_ids[i], v_seqs[i], p_job_type,
+         case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end,
+         p_payloads[i], p_priority, p_run_after, p_max_attempts, p_now, p_now,
+         p_concurrency_keys[i], v_ranks[i], p_metadata,
+         case when v_has_parents[i] then v_wait[i] end,
+         case when v_has_parents[i] then p_run_on_parent_failure end,
+         v_failure[i], p_batch_id, v_named[i]
+    from generate_series(1, v_count) i
+   order by i;
+  insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
+  select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]
+    from generate_series(1, coalesce(cardinality(v_child), 0)) e;
+  if cardinality(v_external) > 0 then
+    update pyjobq.job p
+       set has_dependants = true
+     where p.job_id = any (v_external)
+       and not p.has_dependants;
+  end if;
+  if p_batch_id is not null then
+    perform pyjobq._batch_add(p_batch_id, v_count);
+    if true = any (v_cancel) then
+      perform pyjobq._batch_count(array(select v_ids[i] from generate_series(1, v_count) i where v_cancel[i]), p_now);
+    end if;
+  end if;
+  if exists (select from generate_series(1, v_count) i where not v_cancel[i] and v_wait[i] = 0) then
+    perform pyjobq._pending_from(p_run_after, p_now, true);
+    perform pyjobq._announce(p_job_type, p_run_after, p_now);
+  end if;
+  return query select i, v_ids[i], true from generate_series(1, v_count) i order by i;
+end;
+$$;
+
+comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, timestamptz, text[], jsonb, jsonb[], boolean, uuid) is
+  'job_enqueue_many''s rows with parents p_depends_on (and no dedupe keys), checked, written in one statement '
+  'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
+  'job_enqueue makes each. Returns every row, created.';
+
+
+-- A child's parents read through their index whatever the statistics say.
+create or replace function pyjobq._parent_results(p_job_id uuid)
+returns jsonb
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+-- The child's edges through job_edge_child_idx whatever the statistics say: a
+-- plan made while job_edge was small would read all of it for every child.
+set enable_seqscan = off
+set enable_bitmapscan = off
+as $$
+begin
+  return (select jsonb_agg(jsonb_build_object('job_id', e.parent_id, 'job_type', p.job_type,
+                                              'status', pyjobq._status_name(p.status), 'result', p.result)
+                           order by e.ord)
+            from pyjobq.job_edge e
+            left join pyjobq.job p on p.job_id = e.parent_id
+           where e.child_id = p_job_id);
+end;
+$$;
+
+comment on function pyjobq._parent_results(uuid) is
+  'The parents of job p_job_id in the order its enqueue named them, as a JSON array of {job_id, job_type, '
+  'status, result} (status and result null for a parent since pruned); null when it has none.';
+
+
 create or replace function pyjobq._ended(p_ended uuid[], p_now timestamptz)
 returns void
 language plpgsql
@@ -426,12 +627,15 @@ begin
         from resolved r
        group by r.child_id
     ), locked as materialized (
-      select c.job_id
+      -- Each child with what resolved for it, in one row: the update below
+      -- finds each child by its key, never by walking two lists against each
+      -- other (a parent of 10,000 children would make that quadratic).
+      select c.job_id, n.resolved, n.failure
         from pyjobq.job c
-       where c.job_id in (select n.child_id from per_child n)
-         and c.status = 6
+        join per_child n on n.child_id = c.job_id
+       where c.status = 6
        order by c.job_id
-         for no key update
+         for no key update of c
     ), changed as (
       update pyjobq.job c
          set waiting_on = c.waiting_on - n.resolved,
@@ -444,9 +648,8 @@ begin
              last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
                                else c.last_error end,
              updated_at = p_now
-        from per_child n, locked l
-       where c.job_id = n.child_id
-         and l.job_id = c.job_id
+        from locked n
+       where c.job_id = n.job_id
          and c.status = 6
       returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
     )
@@ -741,8 +944,17 @@ begin
     perform pyjobq._batch_join(p_batch_id);
   end if;
 
-  -- Parents, which may be earlier rows of this call: one job at a time, in
-  -- input order, each as job_enqueue takes it.
+  -- Parents without keys: set-based.
+  if p_depends_on is not null and p_dedupe_keys is null then
+    return query
+      select g.ord, g.job_id, g.created
+        from pyjobq._enqueue_graph(p_job_type, p_payloads, v_priority, v_run_after, v_max_attempts, v_now,
+                                   p_concurrency_keys, p_metadata, p_depends_on, v_run_on_parent_failure,
+                                   p_batch_id) g;
+    return;
+  end if;
+  -- Parents with keys, which may be earlier rows of this call: one job at a
+  -- time, in input order, each as job_enqueue takes it.
   if p_depends_on is not null then
     for v_row in
       select u.i::int as i, u.payload
@@ -754,7 +966,9 @@ begin
                                  v_max_attempts, v_now,
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
                                  p_concurrency_keys[v_row.i], p_metadata,
-                                 pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
+                                 array(select coalesce(v_ids[r.pos], r.id)
+                                         from pyjobq._row_parents(p_depends_on[v_row.i], v_row.i) r
+                                        order by r.k),
                                  v_run_on_parent_failure, p_batch_id) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;
@@ -1462,7 +1676,10 @@ begin
   -- its worker id on the row but holds nothing any more, so its every later
   -- call is refused (JQ005), and job_renew_lease_many tells it at the next
   -- heartbeat (cancelled = true) to stop the handler. Rows are locked in id
-  -- order, so two cancels of overlapping sets cannot deadlock.
+  -- order, so two cancels of overlapping sets cannot deadlock; WAITING jobs
+  -- last, as a completion takes them (after the parents it ends), so that a
+  -- cancel holding a child never waits for a parent whose completer waits
+  -- for that child.
   return query
   with input as (
     select u.id, u.ord
@@ -1471,7 +1688,7 @@ begin
     select k.job_id, k.status
       from pyjobq.job k
      where k.job_id in (select i.id from input i)
-     order by k.job_id
+     order by k.status = 6, k.job_id
        for update
   ), cancelled as (
     update pyjobq.job j

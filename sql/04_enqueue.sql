@@ -447,8 +447,17 @@ begin
     perform pyjobq._batch_join(p_batch_id);
   end if;
 
-  -- Parents, which may be earlier rows of this call: one job at a time, in
-  -- input order, each as job_enqueue takes it.
+  -- Parents without keys: set-based.
+  if p_depends_on is not null and p_dedupe_keys is null then
+    return query
+      select g.ord, g.job_id, g.created
+        from pyjobq._enqueue_graph(p_job_type, p_payloads, v_priority, v_run_after, v_max_attempts, v_now,
+                                   p_concurrency_keys, p_metadata, p_depends_on, v_run_on_parent_failure,
+                                   p_batch_id) g;
+    return;
+  end if;
+  -- Parents with keys, which may be earlier rows of this call: one job at a
+  -- time, in input order, each as job_enqueue takes it.
   if p_depends_on is not null then
     for v_row in
       select u.i::int as i, u.payload
@@ -460,7 +469,9 @@ begin
                                  v_max_attempts, v_now,
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
                                  p_concurrency_keys[v_row.i], p_metadata,
-                                 pyjobq._row_parents(p_depends_on[v_row.i], v_row.i, v_ids),
+                                 array(select coalesce(v_ids[r.pos], r.id)
+                                         from pyjobq._row_parents(p_depends_on[v_row.i], v_row.i) r
+                                        order by r.k),
                                  v_run_on_parent_failure, p_batch_id) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;

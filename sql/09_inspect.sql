@@ -403,7 +403,10 @@ begin
   -- its worker id on the row but holds nothing any more, so its every later
   -- call is refused (JQ005), and job_renew_lease_many tells it at the next
   -- heartbeat (cancelled = true) to stop the handler. Rows are locked in id
-  -- order, so two cancels of overlapping sets cannot deadlock.
+  -- order, so two cancels of overlapping sets cannot deadlock; WAITING jobs
+  -- last, as a completion takes them (after the parents it ends), so that a
+  -- cancel holding a child never waits for a parent whose completer waits
+  -- for that child.
   return query
   with input as (
     select u.id, u.ord
@@ -412,7 +415,7 @@ begin
     select k.job_id, k.status
       from pyjobq.job k
      where k.job_id in (select i.id from input i)
-     order by k.job_id
+     order by k.status = 6, k.job_id
        for update
   ), cancelled as (
     update pyjobq.job j

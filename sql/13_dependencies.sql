@@ -102,20 +102,19 @@ comment on function pyjobq._lock_parents(uuid[]) is
   'text naming one that ended DEAD or CANCELLED (null when none did).';
 
 -- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
--- array of job ids (strings) and 1-based positions of earlier rows, whose
--- jobs are p_ids.
-create function pyjobq._row_parents(p_spec jsonb, p_row int, p_ids uuid[])
-returns uuid[]
+-- array of job ids (strings) and 1-based positions of earlier rows.
+create function pyjobq._row_parents(p_spec jsonb, p_row int)
+returns table (k int, pos int, id uuid)
 language plpgsql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_parents uuid[] := '{}';
   v_item jsonb;
+  v_k int := 0;
 begin
   if p_spec is null or jsonb_typeof(p_spec) = 'null' then
-    return null;
+    return;
   end if;
   if jsonb_typeof(p_spec) <> 'array' then
     raise exception 'p_depends_on[%] must be null or a JSON array', p_row
@@ -123,25 +122,159 @@ begin
             hint = 'e.g. ''["0190a0b1-...", 1]'': job ids, and positions of earlier payloads of the call.';
   end if;
   for v_item in select a.item from jsonb_array_elements(p_spec) a(item) loop
+    v_k := v_k + 1;
+    k := v_k;
     if jsonb_typeof(v_item) = 'number' and v_item::numeric = floor(v_item::numeric)
        and v_item::numeric between 1 and p_row - 1 then
-      v_parents := v_parents || p_ids[v_item::int];
+      pos := v_item::int;
+      id := null;
     elsif jsonb_typeof(v_item) = 'string' and (v_item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' then
-      v_parents := v_parents || (v_item #>> '{}')::uuid;
+      pos := null;
+      id := (v_item #>> '{}')::uuid;
     else
       raise exception 'p_depends_on[%] must hold job ids and positions of earlier rows (1 to %)', p_row, p_row - 1
         using errcode = '22023',
               detail = format('It held %s.', v_item),
               hint = 'A row may depend on the rows before it in the same call, by their 1-based position.';
     end if;
+    return next;
   end loop;
-  return v_parents;
 end;
 $$;
 
-comment on function pyjobq._row_parents(jsonb, int, uuid[]) is
-  'The parent ids of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
-  'positions 1..p_row - 1 of earlier rows, whose jobs are p_ids); 22023 for anything else.';
+comment on function pyjobq._row_parents(jsonb, int) is
+  'The parents of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
+  'positions 1..p_row - 1 of earlier rows), in order: each a position (pos) or a job id; 22023 for anything else.';
+
+-- job_enqueue_many with parents and without keys, set-based: every row's
+-- parents parsed and checked, the parents named by id locked, and each row's
+-- state worked out in input order (a row naming an earlier row that is born
+-- CANCELLED is cancelled in turn, or counts it as ended); then the jobs, their
+-- edges and the marks of their parents are written one statement each.
+create function pyjobq._enqueue_graph(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_priority int,
+  p_run_after timestamptz,
+  p_max_attempts int,
+  p_now timestamptz,
+  p_concurrency_keys text[],
+  p_metadata jsonb,
+  p_depends_on jsonb[],
+  p_run_on_parent_failure boolean,
+  p_batch_id uuid
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_count int := cardinality(p_payloads);
+  v_ids uuid[];
+  v_seqs bigint[];
+  v_ranks bigint[];
+  v_child int[];      -- the edges, by child row then place in its list
+  v_k int[];
+  v_pos int[];
+  v_parent uuid[];
+  v_status smallint[];
+  v_external uuid[];
+  v_has_parents boolean[] := array_fill(false, array[v_count]);
+  v_cancel boolean[] := array_fill(false, array[v_count]);
+  v_named boolean[] := array_fill(false, array[v_count]);
+  v_wait int[] := array_fill(0, array[v_count]);
+  v_failure text[] := array_fill(null::text, array[v_count]);
+  v_active boolean[];
+  v_e int;
+  v_c int;
+  v_failed boolean;
+begin
+  select array_agg(n.seq order by n.seq), array_agg(n.job_id order by n.seq)
+    into v_seqs, v_ids
+    from pyjobq._new_job_ids(p_now, v_count) n;
+  -- Every edge, checked, its parent resolved to a job id; a parent named twice by
+  -- one row counts once.
+  select array_agg(e.child order by e.child, e.k), array_agg(e.k order by e.child, e.k),
+         array_agg(e.pos order by e.child, e.k), array_agg(e.parent order by e.child, e.k)
+    into v_child, v_k, v_pos, v_parent
+    from (select distinct on (u.i, coalesce(v_ids[r.pos], r.id))
+                 u.i::int as child, r.k, r.pos, coalesce(v_ids[r.pos], r.id) as parent
+            from unnest(p_depends_on) with ordinality u(spec, i)
+           cross join lateral pyjobq._row_parents(u.spec, u.i::int) r
+           order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
+  v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
+  if cardinality(v_external) > 0 then
+    perform pyjobq._lock_parents(v_external);
+  end if;
+  select array_agg(j.status order by x.n)
+    into v_status
+    from unnest(v_parent) with ordinality x(id, n)
+    left join pyjobq.job j on j.job_id = x.id;
+  v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
+  for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
+    v_c := v_child[v_e];
+    v_has_parents[v_c] := true;
+    if v_pos[v_e] is not null then
+      v_named[v_pos[v_e]] := true;
+      v_failed := v_cancel[v_pos[v_e]];
+      v_active[v_e] := not v_failed;
+      if v_failed then
+        v_status[v_e] := 5;
+      end if;
+    else
+      v_failed := v_status[v_e] in (4, 5);
+      v_active[v_e] := v_status[v_e] in (1, 2, 6);
+    end if;
+    if v_failed and not p_run_on_parent_failure and not v_cancel[v_c] then
+      v_cancel[v_c] := true;
+      v_failure[v_c] := format('parent %s ended %s', v_parent[v_e], pyjobq._status_name(v_status[v_e]));
+    end if;
+    if v_active[v_e] then
+      v_wait[v_c] := v_wait[v_c] + 1;
+    end if;
+  end loop;
+  v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
+
+  insert into pyjobq.job
+    (job_id, seq, job_type, status, payload, priority, run_after, max_attempts, created_at, updated_at,
+     concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id, has_dependants)
+  select v_ids[i], v_seqs[i], p_job_type,
+         case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end,
+         p_payloads[i], p_priority, p_run_after, p_max_attempts, p_now, p_now,
+         p_concurrency_keys[i], v_ranks[i], p_metadata,
+         case when v_has_parents[i] then v_wait[i] end,
+         case when v_has_parents[i] then p_run_on_parent_failure end,
+         v_failure[i], p_batch_id, v_named[i]
+    from generate_series(1, v_count) i
+   order by i;
+  insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
+  select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]
+    from generate_series(1, coalesce(cardinality(v_child), 0)) e;
+  if cardinality(v_external) > 0 then
+    update pyjobq.job p
+       set has_dependants = true
+     where p.job_id = any (v_external)
+       and not p.has_dependants;
+  end if;
+  if p_batch_id is not null then
+    perform pyjobq._batch_add(p_batch_id, v_count);
+    if true = any (v_cancel) then
+      perform pyjobq._batch_count(array(select v_ids[i] from generate_series(1, v_count) i where v_cancel[i]), p_now);
+    end if;
+  end if;
+  if exists (select from generate_series(1, v_count) i where not v_cancel[i] and v_wait[i] = 0) then
+    perform pyjobq._pending_from(p_run_after, p_now, true);
+    perform pyjobq._announce(p_job_type, p_run_after, p_now);
+  end if;
+  return query select i, v_ids[i], true from generate_series(1, v_count) i order by i;
+end;
+$$;
+
+comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, timestamptz, text[], jsonb, jsonb[], boolean, uuid) is
+  'job_enqueue_many''s rows with parents p_depends_on (and no dedupe keys), checked, written in one statement '
+  'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
+  'job_enqueue makes each. Returns every row, created.';
 
 -- The rows of job_edge for a new child of parents locked by _lock_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
@@ -205,12 +338,15 @@ begin
         from resolved r
        group by r.child_id
     ), locked as materialized (
-      select c.job_id
+      -- Each child with what resolved for it, in one row: the update below
+      -- finds each child by its key, never by walking two lists against each
+      -- other (a parent of 10,000 children would make that quadratic).
+      select c.job_id, n.resolved, n.failure
         from pyjobq.job c
-       where c.job_id in (select n.child_id from per_child n)
-         and c.status = 6
+        join per_child n on n.child_id = c.job_id
+       where c.status = 6
        order by c.job_id
-         for no key update
+         for no key update of c
     ), changed as (
       update pyjobq.job c
          set waiting_on = c.waiting_on - n.resolved,
@@ -223,9 +359,8 @@ begin
              last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
                                else c.last_error end,
              updated_at = p_now
-        from per_child n, locked l
-       where c.job_id = n.child_id
-         and l.job_id = c.job_id
+        from locked n
+       where c.job_id = n.job_id
          and c.status = 6
       returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
     )
@@ -257,6 +392,10 @@ returns jsonb
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
+-- The child's edges through job_edge_child_idx whatever the statistics say: a
+-- plan made while job_edge was small would read all of it for every child.
+set enable_seqscan = off
+set enable_bitmapscan = off
 as $$
 begin
   return (select jsonb_agg(jsonb_build_object('job_id', e.parent_id, 'job_type', p.job_type,

@@ -264,3 +264,43 @@ def test_depending_on_a_job_needs_the_right_to_observe_its_type(
             child(producer, [hidden])
         assert status(conn, child(producer, [seen])) == WAITING
         assert one(producer, "select count(*) from pyjobq.job_dependencies(%s)", (seen,)) == 1
+
+
+@pytest.mark.parametrize("policy", ["cancel", "run"])
+def test_a_row_born_cancelled_passes_its_end_on_to_later_rows_of_the_call(
+    conn: Conn, policy: str
+) -> None:
+    dead = enqueue(conn)
+    fail_dead(conn, dead, claim_all(conn)[dead])
+    rows = conn.execute(
+        "select job_id from pyjobq.job_enqueue_many(1, %s::jsonb[], p_depends_on => %s::jsonb[],"
+        " p_on_parent_failure => %s) order by ord",
+        (["{}"] * 3, [f'["{dead}"]', "[1]", "[2]"], policy),
+    ).fetchall()
+    statuses = [status(conn, r[0]) for r in rows]
+    if policy == "cancel":
+        assert statuses == [CANCELLED, CANCELLED, CANCELLED]
+        assert one(conn, "select last_error from pyjobq.job where job_id = %s", (rows[1][0],)) == (
+            f"parent {rows[0][0]} ended CANCELLED"
+        )
+    else:
+        assert statuses == [PENDING, WAITING, WAITING]
+    assert one(conn, "select count(*) from pyjobq.job_edge where not resolved") == (
+        0 if policy == "cancel" else 2
+    )
+
+
+def test_rows_with_keys_and_parents_are_added_one_by_one_in_order(conn: Conn) -> None:
+    held_key = enqueue(conn, 1, "{}", None, None, "taken")
+    rows = conn.execute(
+        "select job_id, created from pyjobq.job_enqueue_many(1, %s::jsonb[], %s::text[],"
+        " p_depends_on => %s::jsonb[]) order by ord",
+        (["{}"] * 3, [None, "taken", "new"], [None, "[1]", "[1, 2]"]),
+    ).fetchall()
+    first, (second, second_created), third = rows[0][0], rows[1], rows[2][0]
+    assert (second, second_created) == (held_key, False), "the key's holder, its parents its own"
+    assert status(conn, third) == WAITING
+    parents = conn.execute(
+        "select job_id from pyjobq.job_dependencies(%s) where relation = 'parent'", (third,)
+    ).fetchall()
+    assert parents == [(first,), (held_key,)]

@@ -1,9 +1,10 @@
 """Model-based test: random sequences of queue calls checked step by step against a Python model.
 
 Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), enqueue with
-parents (dependencies, either policy on a parent's failure), claim, complete, complete_many, fail,
-renew, release, reap, redrive, cancel, prune, a schedule's set and tick, a type's concurrency and
-rate limits, and clock moves against one database. ``Model`` predicts
+parents (dependencies, either policy on a parent's failure), batches (open, join, close, and their
+callbacks), claim, complete, complete_many, fail, renew, release, reap, redrive, cancel, prune, a
+schedule's set and tick, a type's concurrency and rate limits, and clock moves against one
+database. ``Model`` predicts
 every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
 legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
 and then adopts it. After every step the whole table, ``job_counts()`` and the structural
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
@@ -41,7 +42,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from pyjobq import JobAlreadyFinished, JobCancelled, JobNotFound, JobQueue, JobStatus, LeaseLost
+from pyjobq import (
+    BatchClosed,
+    JobAlreadyFinished,
+    JobCancelled,
+    JobNotFound,
+    JobQueue,
+    JobStatus,
+    LeaseLost,
+)
 from tests.sqlhelp import FROZEN, freeze
 
 Conn = psycopg.Connection[Any]
@@ -100,6 +109,18 @@ class Token:
     job_id: UUID
     worker_id: str
     attempt: int
+
+
+@dataclass
+class Batch:
+    """What the model knows of one batch: its members, whether it is closed, when it finished,
+    the ends of its members since pruned, and the callback jobs it enqueued, by name."""
+
+    members: list[UUID] = field(default_factory=list)
+    closed: bool = False
+    finished_at: datetime | None = None
+    pruned: dict[int, int] = field(default_factory=dict)
+    fired: dict[str, UUID] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,6 +202,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.unresolved: set[tuple[UUID, UUID]] = set()
         # Children moved back to PENDING by a redrive: they run without waiting again.
         self.redriven: set[UUID] = set()
+        # Batches in the order opened, and the batch of each member.
+        self.batches: dict[UUID, Batch] = {}
+        self.batch_of: dict[UUID, UUID] = {}
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -253,6 +277,7 @@ class QueueMachine(RuleBasedStateMachine):
         """The jobs ``job_ids`` just ended: their WAITING dependants count them down (PENDING,
         due now, at none left) or, for a parent that did not end DONE, are CANCELLED unless they
         run anyway; dependants so cancelled end in turn."""
+        touched = {self.batch_of[j] for j in job_ids if j in self.batch_of}
         while job_ids:
             edges = {(p, c) for p, c in self.unresolved if p in job_ids}
             self.unresolved -= edges
@@ -265,6 +290,8 @@ class QueueMachine(RuleBasedStateMachine):
                 if failed and not self.runs_anyway[child_id]:
                     self.jobs[child_id] = replace(child, status=CANCELLED, updated_at=self.now)
                     cancelled.add(child_id)
+                    if child_id in self.batch_of:
+                        touched.add(self.batch_of[child_id])
                 elif any(c == child_id for _, c in self.unresolved):
                     self.jobs[child_id] = replace(child, updated_at=self.now)  # counted down
                 else:
@@ -273,6 +300,45 @@ class QueueMachine(RuleBasedStateMachine):
                         updated_at=self.now,
                     )  # fmt: skip
             job_ids = cancelled
+        for batch_id in sorted(touched):
+            self.fire(batch_id)
+
+    def batch_counts(self, batch_id: UUID) -> tuple[int, int, int, int]:
+        """(total, done, dead, cancelled) of a batch: its members' ends, pruned ones included."""
+        batch = self.batches[batch_id]
+        ends = [self.jobs[j].status for j in batch.members if j in self.jobs]
+        return (
+            len(batch.members),
+            ends.count(DONE) + batch.pruned.get(DONE, 0),
+            ends.count(DEAD) + batch.pruned.get(DEAD, 0),
+            ends.count(CANCELLED) + batch.pruned.get(CANCELLED, 0),
+        )
+
+    def fire(self, batch_id: UUID) -> None:
+        """The callbacks of the batch that are due and not yet enqueued: the queue enqueued each
+        (a new PENDING job of type 2, whose id job_batch_get shows), and no other."""
+        batch = self.batches[batch_id]
+        total, done, dead, cancelled = self.batch_counts(batch_id)
+        finished = batch.closed and done + dead + cancelled == total
+        due = []
+        if dead and "dead" not in batch.fired:
+            due.append("dead")
+        if finished and "finish" not in batch.fired:
+            due.append("finish")
+        if finished and done == total and "success" not in batch.fired:
+            due.append("success")
+        if finished and batch.finished_at is None:
+            batch.finished_at = self.now
+        info = self.q.get_batch(batch_id)
+        assert info is not None
+        for which in due:
+            job_id = getattr(info, f"{which}_job")
+            assert job_id is not None
+            assert job_id not in self.jobs
+            batch.fired[which] = job_id
+            self.jobs[job_id] = Row(
+                job_id, 2, PENDING, 100, None, 0, 0, 3, self.now, None, None, self.now
+            )
 
     def db_rows(self) -> dict[UUID, Row]:
         rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
@@ -313,7 +379,9 @@ class QueueMachine(RuleBasedStateMachine):
     def clean_database(self, max_running: int | None, rate: tuple[int, int] | None) -> None:
         """An empty queue; most examples start with limits in force (a limit on type 2's
         RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
-        self.conn.execute("truncate pyjobq.job, pyjobq.rate_window, pyjobq.job_edge")
+        self.conn.execute(
+            "truncate pyjobq.job, pyjobq.rate_window, pyjobq.job_edge, pyjobq.job_batch"
+        )
         self.conn.execute("delete from pyjobq.schedule")
         self.set_limits(1, None, rate)
         self.set_limits(2, max_running, None)
@@ -494,6 +562,53 @@ class QueueMachine(RuleBasedStateMachine):
         self.parents[got.job_id] = named
         self.runs_anyway[got.job_id] = runs_anyway
         self.unresolved |= {(p, got.job_id) for p in named if self.jobs[p].status in ACTIVE}
+
+    @rule()
+    def open_batch(self) -> None:
+        batch_id = self.q.open_batch(
+            on_success=(2, {"on": "success"}),
+            on_finish=(2, {"on": "finish"}),
+            on_dead=(2, {"on": "dead"}),
+        )
+        assert batch_id not in self.batches
+        self.batches[batch_id] = Batch()
+
+    @rule(index=PICK, job_type=st.sampled_from(TYPES), key=st.sampled_from([None, *KEYS]))
+    def join_batch(self, index: int, job_type: int, key: str | None) -> None:
+        batch_id = pick(list(self.batches), index) or uuid4()
+        batch = self.batches.get(batch_id)
+
+        def enqueue() -> Any:
+            return self.q.enqueue(job_type, {"n": 3}, dedupe_key=key, batch_id=batch_id)
+
+        if batch is None or batch.closed:
+            before = self.db_rows()
+            with pytest.raises(JobNotFound if batch is None else BatchClosed):
+                enqueue()
+            assert self.db_rows() == before
+            return
+        holder = self.active_holder(job_type, key)
+        got = enqueue()
+        if holder is not None:
+            assert (got.job_id, got.created) == (holder, False)
+            return
+        assert got.created
+        self.jobs[got.job_id] = Row(
+            got.job_id, job_type, PENDING, 100, key, 0, 0, 3, self.now, None, None, self.now
+        )
+        batch.members.append(got.job_id)
+        self.batch_of[got.job_id] = batch_id
+
+    @rule(index=PICK)
+    def close_batch(self, index: int) -> None:
+        batch_id = pick(list(self.batches), index)
+        if batch_id is None:
+            with pytest.raises(JobNotFound):
+                self.q.close_batch(uuid4())
+            return
+        self.q.close_batch(batch_id)
+        self.batches[batch_id].closed = True
+        self.fire(batch_id)
 
     @rule(
         job_type=st.sampled_from(TYPES),
@@ -779,6 +894,8 @@ class QueueMachine(RuleBasedStateMachine):
             )  # fmt: skip
             if job_id in self.parents:
                 self.redriven.add(job_id)
+            if job_id in self.batch_of:
+                self.batches[self.batch_of[job_id]].finished_at = None
         if len(moved) < (limit or 1000):
             # Below the limit, a DEAD job stays DEAD only because an active job holds its key.
             for job in eligible:
@@ -818,8 +935,18 @@ class QueueMachine(RuleBasedStateMachine):
         assert len(gone) == deleted
         assert gone <= eligible
         for job_id in gone:
+            if job_id in self.batch_of:
+                pruned = self.batches[self.batch_of[job_id]].pruned
+                pruned[self.jobs[job_id].status] = pruned.get(self.jobs[job_id].status, 0) + 1
             del self.jobs[job_id]
             self.parents.pop(job_id, None)
+        for batch_id, batch in list(self.batches.items()):
+            if (
+                batch.finished_at is not None
+                and batch.finished_at < cutoff
+                and not any(j in self.jobs for j in batch.members)
+            ):
+                del self.batches[batch_id]
         for child, parents in self.parents.items():
             self.parents[child] = [p for p in parents if p not in gone]
 
@@ -877,6 +1004,25 @@ class QueueMachine(RuleBasedStateMachine):
                 waiting = sum(1 for p in ps if (p, c) in self.unresolved)
                 assert waiting > 0
                 assert {r[4] for r in rows if r[1] == c} == {waiting}
+
+    @invariant()
+    def batches_match(self) -> None:
+        """Each batch's state, counts and callback jobs are the model's: a callback is enqueued
+        once, when due, and its job id never changes."""
+        for batch_id, batch in self.batches.items():
+            info = self.q.get_batch(batch_id)
+            assert info is not None
+            total, done, dead, cancelled = self.batch_counts(batch_id)
+            state = "finished" if batch.finished_at else "closed" if batch.closed else "open"
+            assert (info.state, info.total, info.done, info.dead, info.cancelled) == (
+                state, total, done, dead, cancelled,
+            )  # fmt: skip
+            assert (info.success_job, info.finish_job, info.dead_job) == (
+                batch.fired.get("success"), batch.fired.get("finish"), batch.fired.get("dead"),
+            )  # fmt: skip
+        assert self.conn.execute("select count(*) from pyjobq.job_batch").fetchone() == (
+            len(self.batches),
+        )
 
     @invariant()
     def limits_match(self) -> None:

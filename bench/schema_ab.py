@@ -1,0 +1,81 @@
+"""The plain drain of this schema against an earlier one's, on one server, in alternating rounds.
+
+Two databases of one throwaway server get ``sql/pyjobq.sql`` as it is now and as it was at
+``--before`` (``git show REV:sql/pyjobq.sql``). Each round, in both (which goes first alternates),
+``--jobs`` jobs are enqueued in one call and drained by the loop any client drains with: claim
+``--batch``, complete them in one ``job_complete_many`` (bench/sqlloop.py). It prints each
+round's jobs/s, each side's median and range, and the per-round ratio now / before: what a change
+costs the queue's own SQL on jobs that do not use it, with the machine's drift shared by both.
+
+``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from pyjobq.localpg import LocalPostgres
+from sqlloop import drain_loop, enqueue_empty
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="a commit whose schema to compare with")
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    schemas = {
+        "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
+        "before": subprocess.run(
+            ["git", "show", f"{args.before}:sql/pyjobq.sql"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout,
+    }
+    rates: dict[str, list[float]] = {name: [] for name in schemas}
+    with LocalPostgres() as pg, psycopg.connect(pg.dsn(), autocommit=True) as admin:
+        for name, schema in schemas.items():
+            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+            with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
+                conn.execute(schema)
+        for round_ in range(args.rounds):
+            order = ["now", "before"] if round_ % 2 == 0 else ["before", "now"]
+            for name in order:
+                with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
+                    conn.execute("truncate pyjobq.job")
+                    conn.execute("vacuum analyze pyjobq.job")
+                    enqueue_empty(conn, 1, args.jobs)
+                    started = time.perf_counter()
+                    done = drain_loop(conn, "ab", args.batch)
+                    rates[name].append(done / (time.perf_counter() - started))
+            print(
+                f"round {round_ + 1}: now {rates['now'][-1]:,.0f}, before "
+                f"{rates['before'][-1]:,.0f} jobs/s",
+                flush=True,
+            )
+    for name, values in rates.items():
+        print(
+            f"{name:<7} median {statistics.median(values):,.0f} jobs/s"
+            f" ({min(values):,.0f}-{max(values):,.0f})"
+        )
+    ratios = [a / b for a, b in zip(rates["now"], rates["before"], strict=True)]
+    print(
+        f"now / before per round: median {statistics.median(ratios):.3f}"
+        f" ({min(ratios):.3f}-{max(ratios):.3f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

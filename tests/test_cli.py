@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -336,6 +337,34 @@ def test_show_prints_a_job_for_people_and_for_scripts(dsn: str, conn: Conn) -> N
     assert missing.returncode == 1
     assert "no job" in missing.stderr
     assert pyjobq("show", "not-a-uuid", dsn=dsn).returncode == 2
+
+
+def test_enqueue_names_parents_and_a_batch_and_show_prints_the_graph(dsn: str, conn: Conn) -> None:
+    parent = pyjobq("enqueue", "SEARCH", '{"step": 1}', dsn=dsn).stdout.split()[0]
+    batch = str(one(conn, "select pyjobq.job_batch_open()"))
+    child = pyjobq(
+        "enqueue", "SEARCH", "--depends-on", parent, "--on-parent-failure", "run",
+        "--batch", batch, dsn=dsn,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    child_id = child.stdout.split()[0]
+    lines = pyjobq("show", child_id, dsn=dsn).stdout.splitlines()
+    assert "status          WAITING" in lines
+    assert "waiting_on      1" in lines
+    assert f"batch_id        {batch}" in lines
+    assert f"parent          {parent} PENDING (not ended yet)" in lines
+    assert (
+        f"dependant       {child_id} WAITING (not ended yet)"
+        in pyjobq("show", parent, dsn=dsn).stdout.splitlines()
+    )
+    shown = json.loads(pyjobq("show", child_id, "--json", dsn=dsn).stdout)
+    assert [(d["relation"], d["job_id"]) for d in shown["dependencies"]] == [("parent", parent)]
+    many = pyjobq("enqueue", "SEARCH", "-", "--depends-on", parent, dsn=dsn, stdin="{}\n{}\n")
+    assert many.returncode == 0, many.stderr
+    assert one(conn, "select count(*) from pyjobq.job where status = 6") == 3
+    refused = pyjobq("enqueue", "SEARCH", "--depends-on", str(uuid.uuid4()), dsn=dsn)
+    assert refused.returncode != 0
+    assert "not found" in refused.stderr
 
 
 def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(

@@ -86,13 +86,16 @@ def counts(dsn: str | None, watch: float | None, as_json: bool) -> None:
 @click.argument("job_id", type=click.UUID)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
 def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
-    """One job: status, attempts, payload, result, last error and its times (job_get)."""
+    """One job: status, attempts, payload, result, last error and its times (job_get), and its
+    parents and dependants with their statuses (job_dependencies)."""
     with queue(dsn) as q:
         job = q.get(job_id)
+        graph = q.dependencies(job_id) if job is not None else []
     if job is None:
         fail(f"no job {job_id} (never enqueued, or pruned)")
     fields = dataclasses.asdict(job)
     if as_json:
+        fields["dependencies"] = [dataclasses.asdict(d) for d in graph]
         click.echo(json.dumps(fields, default=str))
         return
     fields["status"] = job.status_name
@@ -105,6 +108,10 @@ def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
         click.echo(f"{name:<15} {lines[0]}")
         for line in lines[1:]:
             click.echo(f"{'':<15} {line}")
+    for dep in graph:
+        state = dep.status_name or "pruned"
+        waiting = "" if dep.resolved else " (not ended yet)"
+        click.echo(f"{dep.relation:<15} {dep.job_id} {state}{waiting}")
 
 
 @main.command()

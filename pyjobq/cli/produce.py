@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import click
 
@@ -59,6 +60,18 @@ def migrate(dsn: str | None) -> None:
     "--unique-for", help="a job with the key that ended within this long counts too, e.g. 1h"
 )
 @click.option("--concurrency-key", help="counts against the type's per-key limit (single job)")
+@click.option(
+    "--depends-on",
+    type=click.UUID,
+    multiple=True,
+    help="a parent job: WAITING until every parent has ended (repeat for more)",
+)
+@click.option(
+    "--on-parent-failure",
+    type=click.Choice(["cancel", "run"]),
+    help="when a parent ends DEAD or CANCELLED [default: cancel]",
+)
+@click.option("--batch", "batch_id", type=click.UUID, help="join this open batch (job_batch_open)")
 def enqueue(
     dsn: str | None,
     job_type: str,
@@ -70,13 +83,18 @@ def enqueue(
     max_attempts: int | None,
     unique_for: str | None,
     concurrency_key: str | None,
+    depends_on: tuple[UUID, ...],
+    on_parent_failure: str | None,
+    batch_id: UUID | None,
 ) -> None:
     """Add a job of JOB_TYPE (code or name) with a JSON object PAYLOAD.
 
     With PAYLOAD `-`, read one JSON object per line from stdin and add them all in one
     call (job_enqueue_many); a line may carry its own key as {"payload": {...},
-    "dedupe_key": "..."} when --dedupe-key is not used. Prints the job ids.
+    "dedupe_key": "..."} when --dedupe-key is not used. --depends-on and --batch apply to
+    every job. Prints the job ids.
     """
+    parents = list(depends_on) or None
     if delay is not None:
         if run_after is not None:
             raise click.UsageError("give --run-after or --delay, not both")
@@ -90,7 +108,18 @@ def enqueue(
             raise click.UsageError("--dedupe-key applies to a single job; put keys in the lines")
         with queue(dsn) as q:
             code = resolve_type(q, job_type)
-            rows = q.enqueue_many(code, payloads, keys, priority, run_after, max_attempts, window)
+            rows = q.enqueue_many(
+                code,
+                payloads,
+                keys,
+                priority,
+                run_after,
+                max_attempts,
+                window,
+                depends_on=None if parents is None else [parents] * len(payloads),
+                on_parent_failure=on_parent_failure,
+                batch_id=batch_id,
+            )
         for row in rows:
             click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
         click.echo(f"{sum(r.created for r in rows)} of {len(rows)} jobs created", err=True)
@@ -99,7 +128,17 @@ def enqueue(
     with queue(dsn) as q:
         code = resolve_type(q, job_type)
         row = q.enqueue(
-            code, body, priority, run_after, dedupe_key, max_attempts, window, concurrency_key
+            code,
+            body,
+            priority,
+            run_after,
+            dedupe_key,
+            max_attempts,
+            window,
+            concurrency_key,
+            depends_on=parents,
+            on_parent_failure=on_parent_failure,
+            batch_id=batch_id,
         )
     click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
 

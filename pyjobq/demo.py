@@ -6,8 +6,10 @@ DEAD; one worker is SIGKILLed mid-run so its leases expire and are reaped. The h
 record each (job, attempt) they ran in ``demo.effects``, whose primary key catches any
 attempt run twice. OUTBOX jobs carry their customer as concurrency key, under a limit of
 ``OUTBOX_PER_CUSTOMER`` running at once, and a schedule fires every minute, its ticks counted
-from a minute ago so that the first is due at once. The summary checks every job finished
-exactly as expected, the limit held and each due tick fired once.
+from a minute ago so that the first is due at once. A small pipeline (``demo_pipeline``) runs
+beside them: parts, a merge that waits for them, and a batch callback. The summary checks every
+job finished exactly as expected, the limit held, each due tick fired once, the merge waited for
+its parts and the callback was enqueued once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import click
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pyjobq.demo_pipeline import Pipeline, enqueue_pipeline, pipeline_checks, pipeline_finished
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
 from pyjobq.params import Payload
@@ -267,8 +270,9 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
         # every backend of a killed worker has gone.
         env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"{APP_NAME}-{n}"}
         procs.append(subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file))
+    pipeline = enqueue_pipeline(conn)
     try:
-        return _drive(conn, dsn, work_dir, procs, orders, kill)
+        return _drive(conn, dsn, work_dir, procs, orders, kill, pipeline)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -285,6 +289,7 @@ def _drive(
     procs: list[subprocess.Popen[bytes]],
     orders: int,
     kill: bool,
+    pipeline: Pipeline,
 ) -> bool:
     # Atomicity first: a batch whose transaction rolls back leaves neither orders nor jobs.
     with psycopg.connect(dsn) as tx:
@@ -331,7 +336,12 @@ def _drive(
         elif now - last_line >= 2:
             click.echo(line)
             last_line = now
-        if next_id > orders and finished == total and schedule_ran(conn):
+        if (
+            next_id > orders
+            and finished == total
+            and schedule_ran(conn)
+            and pipeline_finished(conn, pipeline)
+        ):
             finished_at = now
             break
         if now - started > 300:
@@ -346,7 +356,7 @@ def _drive(
     for p in procs:
         p.wait(timeout=30)
     metrics = [json.loads(f.read_text()) for f in sorted(work_dir.glob("metrics-*.json"))]
-    return _summarise(conn, metrics, orders, elapsed, killed, kill)
+    return _summarise(conn, metrics, orders, elapsed, killed, kill, pipeline)
 
 
 @dataclass(frozen=True)
@@ -457,6 +467,7 @@ def _summarise(
     elapsed: float,
     killed: Killed | None,
     kill: bool,
+    pipeline: Pipeline,
 ) -> bool:
     total = 2 * orders
 
@@ -501,6 +512,7 @@ def _summarise(
         (SCHEDULE,),
     ).fetchone() or (0, 0)
     most_at_once = most_at_once_per_customer(conn)
+    pipeline_line, pipeline_ok, pipeline_done = pipeline_checks(conn, pipeline)
     reaped = sum(m["reaped"] for m in metrics)
     completed = sum(m["completed"] for m in metrics)
     round_trips = sum(m["round_trips"] for m in metrics)
@@ -511,7 +523,7 @@ def _summarise(
         (duplicates == 0, "no (job, attempt) ran twice"),
         (missing_effect == 0, "every DONE job's final attempt ran its handler"),
         (
-            completed <= tally["done"] + fired_done,
+            completed <= tally["done"] + fired_done + pipeline_done,
             "no job completed twice (completions <= DONE rows)",
         ),
         (rolled_back == 0 and rolled_back_jobs == 0, "rolled-back batch left no orders, no jobs"),
@@ -521,6 +533,7 @@ def _summarise(
         ),
         (fired == fired_done > 0, f"schedule {SCHEDULE!r} fired, one job per due tick, all DONE"),
     ]
+    checks += pipeline_ok
     if kill:
         checks.append((killed is not None, "a worker was SIGKILLed while holding leases"))
     if killed is not None:
@@ -560,6 +573,7 @@ def _summarise(
         f"concurrency limit OUTBOX {OUTBOX_PER_CUSTOMER} per customer, {CUSTOMERS} customers:"
         f" at most {most_at_once} ran at once"
     )
+    click.echo(pipeline_line)
     if finished_by_survivors:
         per_job = round_trips / finished_by_survivors
         click.echo(f"round trips/job   {per_job:.3f} (surviving workers)")

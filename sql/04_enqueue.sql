@@ -438,11 +438,10 @@ begin
   if p_batch_id is not null then
     if p_depends_on is not null then
       perform pyjobq._lock_parents(array(
-        select distinct (x.item #>> '{}')::uuid
-          from unnest(p_depends_on) d(spec)
-         cross join lateral jsonb_array_elements(case when jsonb_typeof(d.spec) = 'array' then d.spec end) x(item)
-         where jsonb_typeof(x.item) = 'string'
-           and (x.item #>> '{}') ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$'));
+        select distinct r.id
+          from unnest(p_depends_on) with ordinality d(spec, i)
+         cross join lateral pyjobq._row_parents(d.spec, d.i::int) r
+         where r.id is not null));
     end if;
     perform pyjobq._batch_join(p_batch_id);
   end if;

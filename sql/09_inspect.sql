@@ -406,7 +406,15 @@ begin
   -- order, so two cancels of overlapping sets cannot deadlock; WAITING jobs
   -- last, as a completion takes them (after the parents it ends), so that a
   -- cancel holding a child never waits for a parent whose completer waits
-  -- for that child.
+  -- for that child; and the WAITING ones together with every WAITING job
+  -- the cancel reaches below them, in one statement (see _lock_reach).
+  perform
+    from pyjobq.job k
+   where k.job_id = any (p_job_ids)
+     and k.status <> 6
+   order by k.job_id
+     for no key update;
+  perform pyjobq._lock_reach(p_job_ids, true);
   return query
   with input as (
     select u.id, u.ord
@@ -416,7 +424,7 @@ begin
       from pyjobq.job k
      where k.job_id in (select i.id from input i)
      order by k.status = 6, k.job_id
-       for update
+       for no key update
   ), cancelled as (
     update pyjobq.job j
        set status = 5,

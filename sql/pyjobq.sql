@@ -3832,7 +3832,15 @@ begin
   -- order, so two cancels of overlapping sets cannot deadlock; WAITING jobs
   -- last, as a completion takes them (after the parents it ends), so that a
   -- cancel holding a child never waits for a parent whose completer waits
-  -- for that child.
+  -- for that child; and the WAITING ones together with every WAITING job
+  -- the cancel reaches below them, in one statement (see _lock_reach).
+  perform
+    from pyjobq.job k
+   where k.job_id = any (p_job_ids)
+     and k.status <> 6
+   order by k.job_id
+     for no key update;
+  perform pyjobq._lock_reach(p_job_ids, true);
   return query
   with input as (
     select u.id, u.ord
@@ -3842,7 +3850,7 @@ begin
       from pyjobq.job k
      where k.job_id in (select i.id from input i)
      order by k.status = 6, k.job_id
-       for update
+       for no key update
   ), cancelled as (
     update pyjobq.job j
        set status = 5,
@@ -5236,6 +5244,50 @@ comment on function pyjobq._link_parents(uuid, uuid[]) is
   'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
   'marks the parents as having dependants.';
 
+-- The lock order of a cascade. A completion takes the WAITING children of the
+-- jobs it completes in id order, in one statement. A parent that ends DEAD
+-- or CANCELLED cancels its children, whose own children then resolve, and so
+-- on down: taken generation by generation, a cascade would hold a child while
+-- it waits for a grandchild of smaller id (ids follow the clock, not the
+-- graph) that a completion holds while it waits for that child. So a cascade
+-- first takes every WAITING row it can reach, in id order, in one statement,
+-- as a completion does, and then holds no row below one it waits for. (A
+-- dependant enqueued between this statement and the cascade's next is taken
+-- when reached; its parent's row lock keeps that window to one statement.)
+create function pyjobq._lock_reach(p_jobs uuid[], p_cancelling boolean)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform
+    from pyjobq.job j
+   where j.job_id in (
+           with recursive reach (job_id, root, cancels) as (
+             select r.job_id, true, p_cancelling or r.status in (4, 5)
+               from pyjobq.job r
+              where r.job_id = any (p_jobs)
+             union
+             select c.job_id, false, r.cancels and not c.run_on_parent_failure
+               from reach r
+               join pyjobq.job_edge e on e.parent_id = r.job_id and not e.resolved
+               join pyjobq.job c on c.job_id = e.child_id
+              where (r.root or r.cancels)
+                and c.status = 6
+           )
+           select r.job_id from reach r)
+     and j.status = 6
+   order by j.job_id
+     for no key update;
+end;
+$$;
+
+comment on function pyjobq._lock_reach(uuid[], boolean) is
+  'Locks, in id order, the WAITING jobs among p_jobs and every WAITING job their ends can reach: their '
+  'children, and the children of each child a failed parent cancels, and so on down. p_jobs end CANCELLED '
+  'when p_cancelling, else as their status says (DEAD and CANCELLED cascade, DONE does not).';
+
 -- What follows the end of jobs that have dependants or a batch: each call
 -- that ends jobs passes those it ended, once per statement. Batch rows are
 -- locked after every job row the cascade locks, never before: a call
@@ -5254,6 +5306,11 @@ declare
   v_types smallint[];
   v_type smallint;
 begin
+  -- A completion takes one generation, in id order (below); a failure may
+  -- take several, so it takes them all first (_lock_reach).
+  if exists (select from pyjobq.job p where p.job_id = any (p_ended) and p.status <> 3) then
+    perform pyjobq._lock_reach(p_ended, false);
+  end if;
   while cardinality(v_ended) > 0 loop
     with resolved as (
       update pyjobq.job_edge e

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -25,7 +26,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.sqlhelp import FROZEN, freeze, one
+from tests.sqlhelp import FROZEN, freeze, one, wait_for_lock_wait
 
 Conn = psycopg.Connection[Any]
 
@@ -264,3 +265,58 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
         due = {"finish"} | ({"success"} if ends[1] == ends[0] else set())
         due |= {"dead"} if ends[2] else set()
         assert fired == sorted(due), (batch, ends)
+
+
+@pytest.mark.parametrize("end", ["fail", "cancel"])
+def test_a_cascade_takes_the_rows_it_reaches_in_the_order_a_completion_does(
+    conn: Conn, make_conn: Callable[[], Conn], end: str
+) -> None:
+    """A parent ending DEAD or CANCELLED reaches its dependants' dependants; a completion takes
+    the children of the job it completes in id order. Child B of C (and of P) has the smaller id
+    (its clock ran behind), so a cascade locking C's generation before B's would hold C while it
+    waits for B, which P's completer holds while it waits for C: a deadlock. Here P's completer
+    holds B before the cascade starts; the cascade must wait for B holding nothing below it."""
+    freeze(conn, FROZEN)
+    x, p = (
+        one(conn, "select job_id from pyjobq.job_enqueue(1, p_max_attempts => 1)") for _ in range(2)
+    )
+    held = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
+        ).fetchall()
+    }
+    freeze(conn, FROZEN + timedelta(milliseconds=10))
+    c = one(conn, "select job_id from pyjobq.job_enqueue(1, p_depends_on => %s)", ([x, p],))
+    freeze(conn, FROZEN)
+    b = one(conn, "select job_id from pyjobq.job_enqueue(1, p_depends_on => %s)", ([c, p],))
+    assert b < c
+
+    completer, ender, monitor = make_conn(), make_conn(), make_conn()
+    for s in (completer, ender):
+        freeze(s, FROZEN)
+    with completer.transaction():
+        completer.execute("select from pyjobq.job where job_id = %s for no key update", (b,))
+        errors: list[psycopg.Error] = []
+
+        def cascade() -> None:
+            try:
+                if end == "fail":
+                    ender.execute(
+                        "select * from pyjobq.job_fail(%s, 'w1', %s, 'boom', null, true, %s)",
+                        (x, *held[x]),
+                    )
+                else:
+                    ender.execute("select * from pyjobq.job_cancel(array[%s::uuid])", (c,))
+            except psycopg.Error as e:
+                errors.append(e)
+
+        ending = threading.Thread(target=cascade)
+        ending.start()
+        wait_for_lock_wait(monitor, ender, "the cascade to wait for B")
+        completer.execute("select pyjobq.job_complete(%s, 'w1', %s, '{}', %s)", (p, *held[p]))
+    ending.join(timeout=30)
+    assert errors == []
+    statuses = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    assert (statuses[p], statuses[c], statuses[b]) == (3, 5, 5)
+    assert statuses[x] == (4 if end == "fail" else 2)

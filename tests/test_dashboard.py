@@ -354,3 +354,77 @@ def test_schedules_and_limits_are_shown_as_their_functions_return_them(
         page.goto(base + "/schedules")
         assert "may not read the schedules" in page.locator("main").inner_text()
         assert page.locator("#limits").count() == 1
+
+
+def test_a_job_page_shows_its_parents_dependants_and_batch(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    batch = one(
+        conn,
+        'select pyjobq.job_batch_open(\'{"finish": {"job_type": 2, "payload": {}}}\')',
+    )
+
+    def add(parents: list[Any] | None = None, in_batch: bool = True) -> Any:
+        return one(
+            conn,
+            "select job_id from pyjobq.job_enqueue(1, p_depends_on => %s, p_batch_id => %s)",
+            (parents, batch if in_batch else None),
+        )
+
+    def run(job_id: Any) -> None:
+        ((attempt, token),) = conn.execute(
+            "select attempt, lease_token from pyjobq.job_claim('w-1', 1)"
+        ).fetchall()
+        conn.execute(
+            "select pyjobq.job_complete(%s, 'w-1', %s, null, %s)", (job_id, attempt, token)
+        )
+
+    a = add()
+    run(a)
+    b = add()
+    c = add([a, b])
+    d = add([c], in_batch=False)
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{c}")
+        assert page.locator("#job-status").inner_text() == "WAITING"
+        assert page.locator("#waiting-on").inner_text().startswith("Waits for 1 of its 2 parents")
+
+        def rows(table: str) -> list[list[str]]:
+            return [
+                [r.get_attribute("data-job"), *r.inner_text().split("\t")[1:]]
+                for r in page.locator(f"#{table} tbody tr").all()
+            ]
+
+        assert rows("parents") == [
+            [str(a), "SEARCH", "DONE", "resolved"],
+            [str(b), "SEARCH", "PENDING", "waiting"],
+        ]
+        assert rows("dependants") == [[str(d), "SEARCH", "WAITING", "waiting"]]
+        assert page.locator("#batch-state").inner_text() == "open"
+        assert page.locator("#batch-counts").inner_text() == (
+            "3 jobs, 2 active, 1 done, 0 dead, 0 cancelled"
+        )
+        shoot(page, "graph", tmp_path)
+
+        page.click("#batch-members")
+        members = page.locator("#jobs tr[data-job]")
+        assert sorted(r.get_attribute("data-job") for r in members.all()) == sorted(
+            str(j) for j in (a, b, c)
+        )
+
+        # Cancelling the waiting job from its page cancels its dependant too.
+        page.goto(f"{base}/jobs/{c}")
+        page.click("#cancel")
+        playwright.expect(page.locator("#job-status")).to_have_text("CANCELLED")
+        assert rows("dependants") == [[str(d), "SEARCH", "CANCELLED", "resolved"]]
+        assert one(conn, "select status from pyjobq.job where job_id = %s", (d,)) == 5
+
+        # The batch closes and its last member ends: the page links its finish callback.
+        conn.execute("select pyjobq.job_batch_close(%s)", (batch,))
+        run(b)
+        finish = one(conn, "select finish_job from pyjobq.job_batch_get(%s)", (batch,))
+        page.goto(f"{base}/jobs/{b}")
+        assert page.locator("#batch-state").inner_text() == "finished"
+        page.click(f'#callbacks a[href="/jobs/{finish}"]')
+        assert page.locator("#job-id").inner_text() == str(finish)
+        assert page.locator("#job-status").inner_text() == "PENDING"

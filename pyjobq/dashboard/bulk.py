@@ -28,7 +28,7 @@ PAGE = 1_000
 # The statuses each action moves: a filter on any other status touches nothing.
 MOVES = {
     "redrive": (JobStatus.DEAD, JobStatus.CANCELLED),
-    "cancel": (JobStatus.PENDING, JobStatus.RUNNING),
+    "cancel": (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),
 }
 
 

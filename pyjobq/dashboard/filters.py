@@ -11,7 +11,7 @@ from uuid import UUID
 from pyjobq.aio import AsyncJobQueue
 from pyjobq.rows import JobStatus, JobSummary
 
-FIELDS = ("type", "status", "dedupe_key", "created_after", "created_before", "error")
+FIELDS = ("type", "status", "dedupe_key", "created_after", "created_before", "error", "batch")
 
 
 class BadFilter(ValueError):
@@ -23,6 +23,13 @@ def _int(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise BadFilter(f"{name} must be a number, not {value!r}") from None
+
+
+def _uuid(name: str, value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise BadFilter(f"{name} must be an id like {UUID(int=0)}, not {value!r}") from None
 
 
 def _time(name: str, value: str) -> datetime:
@@ -44,6 +51,7 @@ class JobFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     error: str | None = None
+    batch: UUID | None = None
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> JobFilter:
@@ -53,7 +61,7 @@ class JobFilter:
         if status is not None:
             code = _int("status", status)
             if code not in JobStatus._value2member_map_:
-                raise BadFilter(f"status must be 1 to 5, not {code}")
+                raise BadFilter(f"status must be 1 to {max(JobStatus)}, not {code}")
         return cls(
             type=_int("type", given["type"]) if "type" in given else None,
             status=JobStatus(code) if status is not None else None,
@@ -65,6 +73,7 @@ class JobFilter:
             if "created_before" in given
             else None,
             error=given.get("error"),
+            batch=_uuid("batch", given["batch"]) if "batch" in given else None,
         )
 
     def fields(self) -> dict[str, str]:
@@ -112,4 +121,5 @@ class JobFilter:
             after=after,
             limit=limit,
             error=self.error,
+            batch_id=self.batch,
         )

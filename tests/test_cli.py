@@ -216,7 +216,7 @@ def test_worker_takes_handlers_and_types_by_registered_name(
 
 def test_help_everywhere() -> None:
     for command in ["", "migrate", "enqueue", "worker", "counts", "show", "reap", "redrive",
-                    "prune", "types", "demo", "dashboard"]:  # fmt: skip
+                    "prune", "types", "demo", "dashboard", "batch", "batch open"]:  # fmt: skip
         result = pyjobq(*command.split(), "--help")
         assert result.returncode == 0, command
         assert "Usage:" in result.stdout
@@ -370,6 +370,40 @@ def test_enqueue_names_parents_and_a_batch_and_show_prints_the_graph(dsn: str, c
     refused = pyjobq("enqueue", "SEARCH", "--depends-on", str(uuid.uuid4()), dsn=dsn)
     assert refused.returncode != 0
     assert "not found" in refused.stderr
+
+
+def test_batch_opens_with_callbacks_closes_shows_and_waits(dsn: str, conn: Conn) -> None:
+    opened = pyjobq("batch", "open", "--on", "finish", "OUTBOX", '{"to": "ops"}', dsn=dsn)
+    assert opened.returncode == 0, opened.stderr
+    batch = opened.stdout.strip()
+    for step in (1, 2):
+        pyjobq("enqueue", "SEARCH", f'{{"step": {step}}}', "--batch", batch, dsn=dsn)
+    shown = pyjobq("batch", "show", batch, dsn=dsn).stdout.splitlines()
+    assert "state        open" in shown
+    assert "total        2" in shown
+    unfinished = pyjobq("batch", "wait", batch, "--timeout", "0.2", dsn=dsn)
+    assert unfinished.returncode == 1
+    assert "not finished after 0.2s" in unfinished.stderr
+    assert "state        closed" in pyjobq("batch", "close", batch, dsn=dsn).stdout.splitlines()
+    claimed = conn.execute("select job_id, attempt, lease_token from pyjobq.job_claim('w', 2)")
+    for job_id, attempt, token in claimed.fetchall():
+        conn.execute("select pyjobq.job_complete(%s, 'w', %s, null, %s)", (job_id, attempt, token))
+    waited = pyjobq("batch", "wait", batch, "--json", dsn=dsn)
+    assert waited.returncode == 0, waited.stderr
+    finished = json.loads(waited.stdout)
+    assert (finished["state"], finished["done"], finished["active"]) == ("finished", 2, 0)
+    payload = one(
+        conn, "select payload from pyjobq.job where job_id = %s", (finished["finish_job"],)
+    )
+    assert (payload["to"], payload["batch"]["done"]) == ("ops", 2)
+
+    twice = pyjobq("batch", "open", "--on", "dead", "1", "{}", "--on", "dead", "2", "{}", dsn=dsn)
+    assert (twice.returncode, "--on dead given twice" in twice.stderr) == (2, True)
+    unknown = str(uuid.uuid4())
+    for command in ("show", "close", "wait"):
+        missing = pyjobq("batch", command, unknown, dsn=dsn)
+        assert missing.returncode == 1, command
+        assert unknown in missing.stderr, command
 
 
 def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(

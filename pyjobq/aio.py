@@ -10,17 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from pyjobq import statements
 from pyjobq.aio_admin import AsyncQueueAdmin
 from pyjobq.aio_batches import AsyncBatches
-from pyjobq.aio_calls import own_cursor
+from pyjobq.aio_calls import heard, own_cursor
 from pyjobq.errors import translated
 from pyjobq.params import (
     Parents,
@@ -377,38 +375,19 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         does not exist). Runs outside any transaction, on the connection given (idle) or one of
         the pool's: inside a transaction a LISTEN hears nothing until the commit.
         """
-        async with self._connection() as conn:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ValueError("wait() needs a connection outside a transaction")
-            autocommit = conn.autocommit
-            await conn.set_autocommit(True)
-            try:
-                return await self._wait_on(conn, job_id, time.monotonic() + timeout)
-            finally:
-                await conn.execute("unlisten pyjobq_done")
-                await conn.set_autocommit(autocommit)
-
-    async def _wait_on(
-        self, conn: psycopg.AsyncConnection[Any], job_id: UUID, deadline: float
-    ) -> JobInfo | None:
-        await conn.execute("listen pyjobq_done")
-        with translated():
-            async with own_cursor(conn, class_row(Watched)) as cur:
-                await cur.execute(statements.WATCH, ([job_id],))
-                (watched,) = await cur.fetchall()
-            if watched.status is None:
-                return None
-            ended = watched.ended
-            while not ended and (left := deadline - time.monotonic()) > 0:
-                async for note in conn.notifies(timeout=left):
-                    if note.payload == str(job_id):
-                        ended = True
-                        break
-            if not ended:
-                return None
-            async with own_cursor(conn, class_row(JobInfo)) as cur:
-                await cur.execute(statements.GET, (job_id,))
-                return await cur.fetchone()
+        async with self._listening("pyjobq_done", "wait") as conn:
+            deadline = time.monotonic() + timeout
+            with translated():
+                async with own_cursor(conn, class_row(Watched)) as cur:
+                    await cur.execute(statements.WATCH, ([job_id],))
+                    (watched,) = await cur.fetchall()
+                if watched.status is None:
+                    return None
+                if not (watched.ended or await heard(conn, str(job_id), deadline)):
+                    return None
+                async with own_cursor(conn, class_row(JobInfo)) as cur:
+                    await cur.execute(statements.GET, (job_id,))
+                    return await cur.fetchone()
 
     async def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
         """``job_cancel``: PENDING, WAITING and RUNNING jobs become CANCELLED (a RUNNING job's

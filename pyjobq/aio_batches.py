@@ -10,14 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg.rows import class_row
 
 from pyjobq import statements
-from pyjobq.aio_calls import AsyncCalls, own_cursor
+from pyjobq.aio_calls import AsyncCalls, heard, own_cursor
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb
 from pyjobq.rows import BatchInfo
@@ -76,35 +74,16 @@ class AsyncBatches(AsyncCalls):
         pyjobq_batch, read the batch, then the notifications until its id comes. Returns the
         finished batch, or None if it has not finished by then (or does not exist). Runs
         outside any transaction, as :meth:`AsyncJobQueue.wait` does."""
-        async with self._connection() as conn:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ValueError("wait_batch() needs a connection outside a transaction")
-            autocommit = conn.autocommit
-            await conn.set_autocommit(True)
-            try:
-                return await self._wait_batch_on(conn, batch_id, time.monotonic() + timeout)
-            finally:
-                await conn.execute("unlisten pyjobq_batch")
-                await conn.set_autocommit(autocommit)
-
-    async def _wait_batch_on(
-        self, conn: psycopg.AsyncConnection[Any], batch_id: UUID, deadline: float
-    ) -> BatchInfo | None:
-        await conn.execute("listen pyjobq_batch")
-        with translated():
-            while True:
-                async with own_cursor(conn, class_row(BatchInfo)) as cur:
-                    await cur.execute(statements.BATCH_GET, (batch_id,))
-                    batch = await cur.fetchone()
-                if batch is None or batch.finished:
-                    return batch
-                # A batch finishes once, but a redrive may reopen it: read it again after
-                # each announcement of it.
-                heard = False
-                while not heard and (left := deadline - time.monotonic()) > 0:
-                    async for note in conn.notifies(timeout=left):
-                        if note.payload == str(batch_id):
-                            heard = True
-                            break
-                if not heard:
-                    return None
+        async with self._listening("pyjobq_batch", "wait_batch") as conn:
+            deadline = time.monotonic() + timeout
+            with translated():
+                while True:
+                    async with own_cursor(conn, class_row(BatchInfo)) as cur:
+                        await cur.execute(statements.BATCH_GET, (batch_id,))
+                        batch = await cur.fetchone()
+                    if batch is None or batch.finished:
+                        return batch
+                    # A batch finishes once, but a redrive may reopen it: read it again after
+                    # each announcement of it.
+                    if not await heard(conn, str(batch_id), deadline):
+                        return None

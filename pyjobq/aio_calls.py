@@ -7,11 +7,13 @@ synchronous ``pyjobq/queue_calls.py`` from it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, LiteralString, TypeVar
+from typing import Any, Literal, LiteralString, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg.pq import Format
 from psycopg.rows import AsyncRowFactory, class_row, scalar_row
 from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
@@ -44,6 +46,16 @@ def own_cursor(
     return cur
 
 
+async def heard(conn: psycopg.AsyncConnection[Any], payload: str, deadline: float) -> bool:
+    """Whether a notification carrying ``payload`` reaches ``conn`` (listening) before
+    ``deadline``, a ``time.monotonic()`` instant."""
+    while (left := deadline - time.monotonic()) > 0:
+        async for note in conn.notifies(timeout=left):
+            if note.payload == payload:
+                return True
+    return False
+
+
 class AsyncCalls:
     """One statement per call, on the connection or pool given; see AsyncJobQueue."""
 
@@ -59,6 +71,25 @@ class AsyncCalls:
                 yield conn
         else:
             yield self._source
+
+    @asynccontextmanager
+    async def _listening(
+        self, channel: Literal["pyjobq_done", "pyjobq_batch"], caller: str
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection that LISTENs on ``channel`` for the block, in autocommit: inside a
+        transaction a LISTEN hears nothing until the commit, so an idle one only (``caller``
+        names the method in the error); the connection's own mode is restored after."""
+        async with self._connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ValueError(f"{caller}() needs a connection outside a transaction")
+            autocommit = conn.autocommit
+            await conn.set_autocommit(True)
+            try:
+                await conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                yield conn
+            finally:
+                await conn.execute(sql.SQL("unlisten {}").format(sql.Identifier(channel)))
+                await conn.set_autocommit(autocommit)
 
     async def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
         # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and

@@ -6,10 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import Jsonb
 
@@ -26,7 +24,7 @@ from pyjobq.params import (
 )
 from pyjobq.queue_admin import QueueAdmin
 from pyjobq.queue_batches import Batches
-from pyjobq.queue_calls import own_cursor
+from pyjobq.queue_calls import heard, own_cursor
 from pyjobq.rows import (
     Cancellation,
     ClaimBatch,
@@ -373,38 +371,19 @@ class JobQueue(Batches, QueueAdmin):
         does not exist). Runs outside any transaction, on the connection given (idle) or one of
         the pool's: inside a transaction a LISTEN hears nothing until the commit.
         """
-        with self._connection() as conn:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ValueError("wait() needs a connection outside a transaction")
-            autocommit = conn.autocommit
-            conn.set_autocommit(True)
-            try:
-                return self._wait_on(conn, job_id, time.monotonic() + timeout)
-            finally:
-                conn.execute("unlisten pyjobq_done")
-                conn.set_autocommit(autocommit)
-
-    def _wait_on(
-        self, conn: psycopg.Connection[Any], job_id: UUID, deadline: float
-    ) -> JobInfo | None:
-        conn.execute("listen pyjobq_done")
-        with translated():
-            with own_cursor(conn, class_row(Watched)) as cur:
-                cur.execute(statements.WATCH, ([job_id],))
-                (watched,) = cur.fetchall()
-            if watched.status is None:
-                return None
-            ended = watched.ended
-            while not ended and (left := deadline - time.monotonic()) > 0:
-                for note in conn.notifies(timeout=left):
-                    if note.payload == str(job_id):
-                        ended = True
-                        break
-            if not ended:
-                return None
-            with own_cursor(conn, class_row(JobInfo)) as cur:
-                cur.execute(statements.GET, (job_id,))
-                return cur.fetchone()
+        with self._listening("pyjobq_done", "wait") as conn:
+            deadline = time.monotonic() + timeout
+            with translated():
+                with own_cursor(conn, class_row(Watched)) as cur:
+                    cur.execute(statements.WATCH, ([job_id],))
+                    (watched,) = cur.fetchall()
+                if watched.status is None:
+                    return None
+                if not (watched.ended or heard(conn, str(job_id), deadline)):
+                    return None
+                with own_cursor(conn, class_row(JobInfo)) as cur:
+                    cur.execute(statements.GET, (job_id,))
+                    return cur.fetchone()
 
     def cancel(self, job_ids: Sequence[UUID]) -> list[Cancellation]:
         """``job_cancel``: PENDING, WAITING and RUNNING jobs become CANCELLED (a RUNNING job's

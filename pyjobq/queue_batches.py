@@ -6,16 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg.rows import class_row
 
 from pyjobq import statements
 from pyjobq.errors import translated
 from pyjobq.params import Payload, jsonb
-from pyjobq.queue_calls import Calls, own_cursor
+from pyjobq.queue_calls import Calls, heard, own_cursor
 from pyjobq.rows import BatchInfo
 
 Callback = tuple[int | str, Payload | None]
@@ -72,35 +70,16 @@ class Batches(Calls):
         pyjobq_batch, read the batch, then the notifications until its id comes. Returns the
         finished batch, or None if it has not finished by then (or does not exist). Runs
         outside any transaction, as :meth:`JobQueue.wait` does."""
-        with self._connection() as conn:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise ValueError("wait_batch() needs a connection outside a transaction")
-            autocommit = conn.autocommit
-            conn.set_autocommit(True)
-            try:
-                return self._wait_batch_on(conn, batch_id, time.monotonic() + timeout)
-            finally:
-                conn.execute("unlisten pyjobq_batch")
-                conn.set_autocommit(autocommit)
-
-    def _wait_batch_on(
-        self, conn: psycopg.Connection[Any], batch_id: UUID, deadline: float
-    ) -> BatchInfo | None:
-        conn.execute("listen pyjobq_batch")
-        with translated():
-            while True:
-                with own_cursor(conn, class_row(BatchInfo)) as cur:
-                    cur.execute(statements.BATCH_GET, (batch_id,))
-                    batch = cur.fetchone()
-                if batch is None or batch.finished:
-                    return batch
-                # A batch finishes once, but a redrive may reopen it: read it again after
-                # each announcement of it.
-                heard = False
-                while not heard and (left := deadline - time.monotonic()) > 0:
-                    for note in conn.notifies(timeout=left):
-                        if note.payload == str(batch_id):
-                            heard = True
-                            break
-                if not heard:
-                    return None
+        with self._listening("pyjobq_batch", "wait_batch") as conn:
+            deadline = time.monotonic() + timeout
+            with translated():
+                while True:
+                    with own_cursor(conn, class_row(BatchInfo)) as cur:
+                        cur.execute(statements.BATCH_GET, (batch_id,))
+                        batch = cur.fetchone()
+                    if batch is None or batch.finished:
+                        return batch
+                    # A batch finishes once, but a redrive may reopen it: read it again after
+                    # each announcement of it.
+                    if not heard(conn, str(batch_id), deadline):
+                        return None

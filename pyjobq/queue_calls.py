@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, LiteralString, TypeVar
+from typing import Any, Literal, LiteralString, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg.pq import Format
 from psycopg.rows import RowFactory, class_row, scalar_row
 from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
@@ -38,6 +40,16 @@ def own_cursor(conn: psycopg.Connection[Any], rows: RowFactory[T]) -> psycopg.Cu
     return cur
 
 
+def heard(conn: psycopg.Connection[Any], payload: str, deadline: float) -> bool:
+    """Whether a notification carrying ``payload`` reaches ``conn`` (listening) before
+    ``deadline``, a ``time.monotonic()`` instant."""
+    while (left := deadline - time.monotonic()) > 0:
+        for note in conn.notifies(timeout=left):
+            if note.payload == payload:
+                return True
+    return False
+
+
 class Calls:
     """One statement per call, on the connection or pool given; see JobQueue."""
 
@@ -53,6 +65,25 @@ class Calls:
                 yield conn
         else:
             yield self._source
+
+    @contextmanager
+    def _listening(
+        self, channel: Literal["pyjobq_done", "pyjobq_batch"], caller: str
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """A connection that LISTENs on ``channel`` for the block, in autocommit: inside a
+        transaction a LISTEN hears nothing until the commit, so an idle one only (``caller``
+        names the method in the error); the connection's own mode is restored after."""
+        with self._connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise ValueError(f"{caller}() needs a connection outside a transaction")
+            autocommit = conn.autocommit
+            conn.set_autocommit(True)
+            try:
+                conn.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
+                yield conn
+            finally:
+                conn.execute(sql.SQL("unlisten {}").format(sql.Identifier(channel)))
+                conn.set_autocommit(autocommit)
 
     def _rows(self, row: type[T], query: LiteralString, params: Sequence[Any]) -> list[T]:
         # Binary results: a uuid is 16 bytes to copy, not 36 characters to parse, and

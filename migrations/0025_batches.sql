@@ -177,44 +177,6 @@ $$;
 comment on function pyjobq._batch_add(uuid, int) is
   'Counts p_jobs new members of batch p_batch_id (none when it is null).';
 
-create or replace function pyjobq._batch_reopen(p_moved uuid[], p_picked uuid[], p_statuses smallint[])
-returns void
-language plpgsql
-volatile
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-begin
-  with members as (
-    select j.batch_id, u.status
-      from unnest(p_picked, p_statuses) u(id, status)
-      join pyjobq.job j on j.job_id = u.id
-     where u.id = any (p_moved)
-       and j.batch_id is not null
-  ), locked as materialized (
-    select b.batch_id
-      from pyjobq.job_batch b
-     where b.batch_id in (select m.batch_id from members m)
-     order by b.batch_id
-       for no key update
-  )
-  update pyjobq.job_batch b
-     set dead = b.dead - m.dead,
-         cancelled = b.cancelled - m.cancelled,
-         finished_at = null
-    from (select m.batch_id,
-                 count(*) filter (where m.status = 4)::int as dead,
-                 count(*) filter (where m.status = 5)::int as cancelled
-            from members m
-           group by m.batch_id) m, locked l
-   where b.batch_id = m.batch_id
-     and l.batch_id = b.batch_id;
-end;
-$$;
-
-comment on function pyjobq._batch_reopen(uuid[], uuid[], smallint[]) is
-  'Takes the redriven jobs p_moved, which were DEAD or CANCELLED (p_statuses, paired with p_picked), off their '
-  'batches'' counts.';
-
 create or replace function pyjobq._batch_callback(p_batch pyjobq.job_batch, p_which text, p_now timestamptz)
 returns uuid
 language plpgsql
@@ -275,20 +237,21 @@ comment on function pyjobq._batch_fire(uuid[], timestamptz) is
   'For the batches p_batches, locked by the caller: enqueues each callback that is due and not yet enqueued, '
   'and marks (finished_at) and announces on pyjobq_batch a batch that finished.';
 
-create or replace function pyjobq._batch_count(p_ids uuid[], p_now timestamptz)
+create or replace function pyjobq._batch_count(p_ids uuid[], p_now timestamptz, p_left smallint[] default null)
 returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
+  v_sign int := case when p_left is null then 1 else -1 end;
   v_batches uuid[];
 begin
   with members as (
-    select j.batch_id, j.status
-      from pyjobq.job j
-     where j.job_id = any (p_ids)
-       and j.batch_id is not null
+    select j.batch_id, coalesce(u.left_as, j.status) as status
+      from unnest(p_ids, p_left) u(id, left_as)
+      join pyjobq.job j on j.job_id = u.id
+     where j.batch_id is not null
   ), locked as materialized (
     -- In id order: two calls counting members of the same batches cannot deadlock.
     select b.batch_id
@@ -298,9 +261,10 @@ begin
        for no key update
   ), counted as (
     update pyjobq.job_batch b
-       set done = b.done + m.done,
-           dead = b.dead + m.dead,
-           cancelled = b.cancelled + m.cancelled
+       set done = b.done + v_sign * m.done,
+           dead = b.dead + v_sign * m.dead,
+           cancelled = b.cancelled + v_sign * m.cancelled,
+           finished_at = case when v_sign > 0 then b.finished_at end
       from (select m.batch_id,
                    count(*) filter (where m.status = 3)::int as done,
                    count(*) filter (where m.status = 4)::int as dead,
@@ -312,15 +276,16 @@ begin
     returning b.batch_id
   )
   select array_agg(c.batch_id) into v_batches from counted c;
-  if v_batches is not null then
+  if v_sign > 0 and v_batches is not null then
     perform pyjobq._batch_fire(v_batches, p_now);
   end if;
 end;
 $$;
 
-comment on function pyjobq._batch_count(uuid[], timestamptz) is
+comment on function pyjobq._batch_count(uuid[], timestamptz, smallint[]) is
   'Counts the jobs p_ids that just ended in their batches (DONE, DEAD or CANCELLED), and enqueues the callbacks '
-  'that makes due.';
+  'that makes due; with p_left, the statuses redriven jobs p_ids left (paired), takes them off the counts '
+  'and unfinishes their batches.';
 
 create or replace function pyjobq.job_batch_close(p_batch_id uuid)
 returns void
@@ -714,6 +679,23 @@ comment on function pyjobq._ended(uuid[], timestamptz) is
   'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
   'made PENDING.';
 
+-- The active holder of a type's dedupe key, as the enqueues look it up.
+create function pyjobq._active_holder(p_job_type int, p_dedupe_key text)
+returns uuid
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (select a.job_id
+            from pyjobq.job a
+           where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6));
+end;
+$$;
+
+comment on function pyjobq._active_holder(int, text) is
+  'The id of the PENDING, RUNNING or WAITING job of type p_job_type holding dedupe key p_dedupe_key; null: none.';
+
 create function pyjobq._enqueue_one(
   p_job_type int,
   p_payload jsonb,
@@ -746,9 +728,7 @@ begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
     -- enqueue returns, and the one whose outcome is still to come.
-    select a.job_id into v_id
-      from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
@@ -767,9 +747,7 @@ begin
     -- Born CANCELLED, it would take no key: an active job with the key is
     -- still the answer, as for any enqueue.
     if v_status = 5 and p_dedupe_key is not null then
-      select a.job_id into v_id
-        from pyjobq.job a
-       where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+      v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
       if v_id is not null then
         return query select v_id, false;
         return;
@@ -814,9 +792,7 @@ begin
       return query select v_id, true;
       return;
     end if;
-    select a.job_id into v_id
-      from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is not null then
       return query select v_id, false;
       return;
@@ -1795,6 +1771,8 @@ declare
   v_picked uuid[];
   v_statuses smallint[];
   v_ids uuid[];
+  v_moved uuid[];
+  v_left smallint[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
@@ -1852,7 +1830,12 @@ begin
       end;
     end loop;
   end;
-  perform pyjobq._batch_reopen(v_ids, v_picked, v_statuses);
+  -- The moved ones come off their batches' counts, as the statuses they left.
+  select array_agg(u.id), array_agg(u.status)
+    into v_moved, v_left
+    from unnest(v_picked, v_statuses) u(id, status)
+   where u.id = any (v_ids);
+  perform pyjobq._batch_count(v_moved, v_now, v_left);
   perform pyjobq._audit('redrive', cardinality(v_ids),
                         jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
                                            'given', cardinality(p_job_ids)));

@@ -136,6 +136,24 @@ comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
   'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
   'keys p_keys (null: none), in input order; null when the type has no fair share.';
 
+-- The active job (PENDING, RUNNING or WAITING) of a type that holds a dedupe
+-- key: the one an enqueue with that key returns instead of a new job.
+create function pyjobq._active_holder(p_job_type int, p_dedupe_key text)
+returns uuid
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return (select a.job_id
+            from pyjobq.job a
+           where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6));
+end;
+$$;
+
+comment on function pyjobq._active_holder(int, text) is
+  'The id of the PENDING, RUNNING or WAITING job of type p_job_type holding dedupe key p_dedupe_key; null: none.';
+
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
 -- its type holds p_dedupe_key, that job (created false). If the holder ends
 -- between the insert and the lookup, try again. With p_unique_for, a job with
@@ -175,9 +193,7 @@ begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
     -- enqueue returns, and the one whose outcome is still to come.
-    select a.job_id into v_id
-      from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
@@ -196,9 +212,7 @@ begin
     -- Born CANCELLED, it would take no key: an active job with the key is
     -- still the answer, as for any enqueue.
     if v_status = 5 and p_dedupe_key is not null then
-      select a.job_id into v_id
-        from pyjobq.job a
-       where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+      v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
       if v_id is not null then
         return query select v_id, false;
         return;
@@ -243,9 +257,7 @@ begin
       return query select v_id, true;
       return;
     end if;
-    select a.job_id into v_id
-      from pyjobq.job a
-     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status in (1, 2, 6);
+    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is not null then
       return query select v_id, false;
       return;

@@ -64,6 +64,8 @@ declare
   v_picked uuid[];
   v_statuses smallint[];
   v_ids uuid[];
+  v_moved uuid[];
+  v_left smallint[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
@@ -121,7 +123,12 @@ begin
       end;
     end loop;
   end;
-  perform pyjobq._batch_reopen(v_ids, v_picked, v_statuses);
+  -- The moved ones come off their batches' counts, as the statuses they left.
+  select array_agg(u.id), array_agg(u.status)
+    into v_moved, v_left
+    from unnest(v_picked, v_statuses) u(id, status)
+   where u.id = any (v_ids);
+  perform pyjobq._batch_count(v_moved, v_now, v_left);
   perform pyjobq._audit('redrive', cardinality(v_ids),
                         jsonb_build_object('job_ids', v_ids[1:100], 'job_type', p_job_type, 'limit', v_limit,
                                            'given', cardinality(p_job_ids)));

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -43,6 +43,14 @@ REPORTED_SETTINGS = (
     "checkpoint_timeout",
     "max_wal_size",
 )
+
+
+def one(conn: psycopg.Connection[Any], query: LiteralString, params: Any = None) -> Any:
+    """The first column of the one row ``query`` returns."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query!r}")
+    return row[0]
 
 
 def db_name(system: str, scenario: str) -> str:
@@ -119,6 +127,34 @@ class Cluster:
             if analyze:
                 conn.execute("analyze")
             conn.execute("checkpoint")
+
+    @contextmanager
+    def wal_window(self, dbname: str) -> Iterator[dict[str, Any]]:
+        """What the block writes to the WAL, filled into the dict it yields once it ends: bytes,
+        records by type (``pg_walinspect``: count, bytes, of which full-page images) and the
+        dead tuples it left in ``dbname``'s tables. The WAL is the server's: one system runs at
+        a time, so it is that system's."""
+        # The flushed position, at both ends: pg_walinspect reads no further.
+        flushed = "select pg_current_wal_flush_lsn()::text"
+        with self.connect("postgres") as conn:
+            conn.execute("create extension if not exists pg_walinspect")
+            start = str(one(conn, flushed))
+        found: dict[str, Any] = {}
+        yield found
+        with self.connect("postgres") as conn:
+            end = str(one(conn, flushed))
+            found["bytes"] = float(one(conn, "select pg_wal_lsn_diff(%s, %s)", (end, start)))
+            found["records"] = {
+                name: {"count": count, "bytes": record + fpi, "fpi_bytes": fpi}
+                for name, count, record, fpi in conn.execute(
+                    'select "resource_manager/record_type", count, record_size, fpi_size'
+                    " from pg_get_wal_stats(%s, %s, true) where count > 0 order by count desc",
+                    (start, end),
+                )
+            }
+        with self.connect(dbname) as conn:
+            dead = "select coalesce(sum(n_dead_tup), 0) from pg_stat_user_tables"
+            found["dead_tuples"] = int(one(conn, dead))
 
     def describe(self) -> dict[str, Any]:
         """The server's version, and every setting that is not a default or is reported anyway."""

@@ -55,12 +55,44 @@ def report(figures: list[Figure], info: SystemInfo, roles: Mapping[str, Role]) -
                 f"| {ratio(f.value, ceiling) if f.system != CEILING else ''} "
                 f"| {ratio(f.value, best) if roles.get(f.system) != 'ceiling' else ''} |"
             )
+    lines += wal_records(figures)
     lines += targets(figures, roles)
     lines += ["", "| system | settings |", "|---|---|"]
     for name, answer in info.items():
         settings = "; ".join(f"{k}={v}" for k, v in answer.get("settings", {}).items())
         lines.append(f"| {name} | {settings} |")
     return "\n".join(lines)
+
+
+# The WAL records a queue's hot path writes, per job, as the breakdown table shows them.
+WAL_RECORDS = ("Heap/INSERT", "Heap/UPDATE", "Heap/HOT_UPDATE", "Heap/LOCK", "Heap/DELETE",
+               "Btree/INSERT_LEAF")  # fmt: skip
+
+
+def wal_records(figures: list[Figure]) -> list[str]:
+    """Each drain's WAL per job broken down: the records above (each system's own counts per
+    job), full-page images, and the dead tuples it left per job."""
+    wal = [f for f in figures if f.scenario.startswith("WAL per job")]
+    if not wal:
+        return []
+    lines = [
+        "",
+        "| drain | system | B/job | "
+        + " | ".join(WAL_RECORDS)
+        + " | FPI B/job | dead tuples/job |",
+        "|---|---|---:|" + "---:|" * (len(WAL_RECORDS) + 2),
+    ]
+    for f in wal:
+        jobs = int(f.metric.split("N=")[1].split()[0])
+        records = f.detail["records"]
+        counts = [records.get(name, {}).get("count", 0) / jobs for name in WAL_RECORDS]
+        fpi = sum(r["fpi_bytes"] for r in records.values()) / jobs
+        lines.append(
+            f"| {f.scenario.removeprefix('WAL per job, ')} | {f.system} | {f.value:,.0f} | "
+            + " | ".join(f"{c:.2f}" for c in counts)
+            + f" | {fpi:,.0f} | {f.detail['dead_tuples'] / jobs:.2f} |"
+        )
+    return lines
 
 
 class Lookup:

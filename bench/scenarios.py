@@ -63,9 +63,10 @@ def scenario_drain(ctx: Context, system: System) -> list[Figure]:
     for w in ctx.options.workers:
         with ctx.cluster.fresh_database(db_name(system.name, f"drain{w}")) as db:
             load_backlog(ctx, system, db, n)
-            got = call_driver(ctx.cluster, system, db, "drain", n, w)
+            with ctx.cluster.wal_window(db) as wal:
+                got = call_driver(ctx.cluster, system, db, "drain", n, w)
         check_drained(system, got, "drain")
-        figures.append(
+        figures += [
             Figure(
                 scenario=f"drain W={w}",
                 system=system.name,
@@ -74,8 +75,17 @@ def scenario_drain(ctx: Context, system: System) -> list[Figure]:
                 value=n / got["seconds"],
                 better="higher",
                 detail=got,
-            )
-        )
+            ),
+            Figure(
+                scenario=f"WAL per job, drain W={w}",
+                system=system.name,
+                metric=f"WAL bytes per job N={n} W={w}",
+                unit="B/job",
+                value=wal["bytes"] / n,
+                better="lower",
+                detail=wal,
+            ),
+        ]
     return figures
 
 

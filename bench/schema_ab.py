@@ -5,7 +5,8 @@ Two databases of one throwaway server get ``sql/pyjobq.sql`` as it is now and as
 ``--jobs`` jobs are enqueued in one call and drained by the loop any client drains with: claim
 ``--batch``, complete them in one ``job_complete_many`` (bench/sqlloop.py). It prints each
 round's jobs/s, each side's median and range, and the per-round ratio now / before: what a change
-costs the queue's own SQL on jobs that do not use it, with the machine's drift shared by both.
+costs the queue's own SQL on jobs that do not use it, with the machine's drift shared by both;
+and each side's WAL bytes per job drained (the server's flushed WAL position around the drain).
 
 ``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]``
 """
@@ -45,6 +46,8 @@ def main() -> None:
         ).stdout,
     }
     rates: dict[str, list[float]] = {name: [] for name in schemas}
+    wal: dict[str, list[float]] = {name: [] for name in schemas}
+    flushed = "select pg_current_wal_flush_lsn()::text"
     with LocalPostgres() as pg, psycopg.connect(pg.dsn(), autocommit=True) as admin:
         for name, schema in schemas.items():
             admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
@@ -57,9 +60,14 @@ def main() -> None:
                     conn.execute("truncate pyjobq.job")
                     conn.execute("vacuum analyze pyjobq.job")
                     enqueue_empty(conn, 1, args.jobs)
+                    start = conn.execute(flushed).fetchone()
                     started = time.perf_counter()
                     done = drain_loop(conn, "ab", args.batch)
                     rates[name].append(done / (time.perf_counter() - started))
+                    written = conn.execute(
+                        f"select pg_wal_lsn_diff(({flushed})::pg_lsn, %s)", start
+                    ).fetchone()
+                    wal[name].append(float(written[0]) / done if written else 0.0)
             print(
                 f"round {round_ + 1}: now {rates['now'][-1]:,.0f}, before "
                 f"{rates['before'][-1]:,.0f} jobs/s",
@@ -68,7 +76,8 @@ def main() -> None:
     for name, values in rates.items():
         print(
             f"{name:<7} median {statistics.median(values):,.0f} jobs/s"
-            f" ({min(values):,.0f}-{max(values):,.0f})"
+            f" ({min(values):,.0f}-{max(values):,.0f}),"
+            f" WAL {statistics.median(wal[name]):,.0f} B/job"
         )
     ratios = [a / b for a, b in zip(rates["now"], rates["before"], strict=True)]
     print(

@@ -135,7 +135,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 25
+  select 26
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -340,7 +340,11 @@ create index job_dedupe_ended_idx on pyjobq.job (job_type, dedupe_key, updated_a
 
 -- Every transition rewrites the row (the partial indexes make it non-HOT), so
 -- a queue churns through dead tuples at its own pace, not in proportion to
--- its size: vacuum and analyze on absolute thresholds.
+-- its size: vacuum and analyze on absolute thresholds. And each page keeps
+-- 30 % free for the new versions of its own rows: an update that must move
+-- its row to another page writes a row-lock record and the whole new row,
+-- where one within the page writes neither the lock nor what the two
+-- versions share (12 % less WAL per job drained, docs/performance.md).
 alter table pyjobq.job set (
   autovacuum_vacuum_scale_factor = 0,
   autovacuum_vacuum_threshold = 5000,
@@ -348,7 +352,8 @@ alter table pyjobq.job set (
   autovacuum_vacuum_insert_threshold = 20000,
   autovacuum_analyze_scale_factor = 0,
   autovacuum_analyze_threshold = 20000,
-  autovacuum_vacuum_cost_delay = 0
+  autovacuum_vacuum_cost_delay = 0,
+  fillfactor = 70
 );
 
 -- Dependencies: one row per (parent, child) named at the child's enqueue,

@@ -19,8 +19,11 @@ class Options:
 
     jobs: int
     enqueue_jobs: int
+    enqueue_chunks: list[int]
     workers: list[int]
+    drain_sleep_ms: list[int]
     latency_probes: int
+    latency_spacing_ms: int
     latency_workers: int
     ceiling_seconds: int
     scenarios: str

@@ -108,13 +108,21 @@ class Lookup:
         return None
 
     def best_peer(self, scenario: str) -> float | None:
-        """The highest peer figure: the targets compare throughputs only."""
+        """The best peer figure of ``scenario``: the highest throughput, the lowest latency
+        or cost, as the scenario's figures say is better."""
         got = [
-            f.value
-            for f in self.figures
-            if f.scenario == scenario and self.roles.get(f.system) == "peer"
+            f for f in self.figures if f.scenario == scenario and self.roles.get(f.system) == "peer"
         ]
-        return max(got) if got else None
+        if not got:
+            return None
+        values = [f.value for f in got]
+        return max(values) if got[0].better == "higher" else min(values)
+
+    def scenarios(self, prefix: str) -> list[str]:
+        """Every scenario named ``prefix``..., in the run's order."""
+        return list(
+            dict.fromkeys(f.scenario for f in self.figures if f.scenario.startswith(prefix))
+        )
 
     def scenario(self, prefix: str) -> str:
         """The first scenario named ``prefix``..., e.g. the drain of the first W given."""
@@ -148,34 +156,27 @@ def targets(figures: list[Figure], roles: Mapping[str, Role]) -> list[str]:
     drain = run.scenario("drain W=")
     pinned = run.scenario("drain pinned W=")
     readers = run.scenario("drain pinned+")
+
+    def against_best(scenario: str, goal: str) -> Target:
+        return Target(
+            name=f"{scenario} / best peer",
+            goal=goal,
+            measure=lambda s: div(run.value(scenario, s), run.best_peer(scenario)),
+        )
+
+    # Round 3's goals: ratios to the best peer of the same run, at every size asked for.
     rows = [
-        Target(
-            name="drain / best peer",
-            goal="≥ 2",
-            measure=lambda s: div(run.value(drain, s), run.best_peer(drain)),
-        ),
-        Target(
-            name="bulk enqueue / best peer",
-            goal="≥ 2",
-            measure=lambda s: div(run.value("enqueue", s), run.best_peer("enqueue")),
-        ),
+        *(against_best(d, "≥ 3") for d in run.scenarios("drain W=")),
+        *(against_best(d, "≥ 3") for d in run.scenarios("drain ") if "ms W=" in d),
+        *(against_best(e, "≥ 2") for e in run.scenarios("enqueue")),
         Target(
             name="bulk enqueue / COPY into pyjobq.job",
             goal="≥ 0.5",
             measure=lambda s: div(run.value("enqueue", s), run.value("enqueue", CEILING, "COPY")),
         ),
-        Target(
-            name="pickup p50",
-            goal="≤ 2 ms",
-            measure=lambda s: run.value("latency p50", s),
-            unit="ms",
-        ),
-        Target(
-            name="pickup p99",
-            goal="≤ 10 ms",
-            measure=lambda s: run.value("latency p99", s),
-            unit="ms",
-        ),
+        against_best("latency p50", "≤ 0.7"),
+        against_best("latency p99", "≤ 0.7"),
+        *(against_best(w, "≤ 1") for w in run.scenarios("WAL per job")),
         Target(
             name="claim cost, big backlog / 1k pending",
             goal="≤ 1.2",

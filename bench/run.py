@@ -43,9 +43,22 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument(
         "--enqueue-jobs", type=int, default=20_000, help="N for bulk enqueue (e.g. 200000)"
     )
+    p.add_argument(
+        "--enqueue-chunks",
+        type=int_list,
+        default=[],
+        help="also bulk enqueue in calls of each many jobs, e.g. 100,1000",
+    )
     p.add_argument("--workers", type=int_list, default=[8], help="W values for drain, e.g. 1,8,32")
     p.add_argument(
-        "--latency-probes", type=int, default=200, help="K single enqueues, ~20 ms apart"
+        "--drain-sleep-ms",
+        type=int_list,
+        default=[0],
+        help="each drain's handlers sleep this long, e.g. 0,5 (0: no-op jobs)",
+    )
+    p.add_argument("--latency-probes", type=int, default=200, help="K single enqueues")
+    p.add_argument(
+        "--latency-spacing-ms", type=int, default=10, help="how far apart the probes go in"
     )
     p.add_argument("--latency-workers", type=int, default=8, help="W of the idle workers")
     p.add_argument(

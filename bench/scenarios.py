@@ -7,6 +7,7 @@ scenario gets a fresh database; bench/README.md says what each one measures.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -39,45 +40,52 @@ def check_drained(system: System, answer: dict[str, Any], what: str) -> None:
 
 
 def scenario_enqueue(ctx: Context, system: System) -> list[Figure]:
+    """All N jobs in one call, then in calls of each chunk size asked for."""
     n = ctx.options.enqueue_jobs
-    with ctx.cluster.fresh_database(db_name(system.name, "enqueue")) as db:
-        setup_system(ctx, system, db)
-        ctx.cluster.settle(db)
-        got = call_driver(ctx.cluster, system, db, "enqueue", n)
-    return [
-        Figure(
-            scenario="enqueue",
-            system=system.name,
-            metric=f"bulk enqueue N={n}",
-            unit="jobs/s",
-            value=n / got["seconds"],
-            better="higher",
-            detail=got,
+    figures = []
+    for chunk in [n, *ctx.options.enqueue_chunks]:
+        with ctx.cluster.fresh_database(db_name(system.name, f"enqueue{chunk}")) as db:
+            setup_system(ctx, system, db)
+            ctx.cluster.settle(db)
+            got = call_driver(ctx.cluster, system, db, "enqueue", n, chunk)
+        figures.append(
+            Figure(
+                scenario="enqueue" if chunk == n else f"enqueue chunk={chunk}",
+                system=system.name,
+                metric=f"bulk enqueue N={n}" + ("" if chunk == n else f", {chunk} a call"),
+                unit="jobs/s",
+                value=n / got["seconds"],
+                better="higher",
+                detail=got,
+            )
         )
-    ]
+    return figures
 
 
 def scenario_drain(ctx: Context, system: System) -> list[Figure]:
     n = ctx.options.jobs
     figures = []
-    for w in ctx.options.workers:
-        with ctx.cluster.fresh_database(db_name(system.name, f"drain{w}")) as db:
+    for sleep_ms, w in itertools.product(ctx.options.drain_sleep_ms, ctx.options.workers):
+        # "drain W=8" for no-op jobs (the name the targets and plots read), "drain 5ms W=8" else.
+        name = f"drain W={w}" if not sleep_ms else f"drain {sleep_ms}ms W={w}"
+        with ctx.cluster.fresh_database(db_name(system.name, name)) as db:
             load_backlog(ctx, system, db, n)
             with ctx.cluster.wal_window(db) as wal:
-                got = call_driver(ctx.cluster, system, db, "drain", n, w)
+                got = call_driver(ctx.cluster, system, db, "drain", n, w, sleep_ms)
         check_drained(system, got, "drain")
         figures += [
             Figure(
-                scenario=f"drain W={w}",
+                scenario=name,
                 system=system.name,
-                metric=f"drain N={n} W={w}",
+                metric=f"drain N={n} W={w}"
+                + (f", handlers sleep {sleep_ms} ms" if sleep_ms else ""),
                 unit="jobs/s",
                 value=n / got["seconds"],
                 better="higher",
                 detail=got,
             ),
             Figure(
-                scenario=f"WAL per job, drain W={w}",
+                scenario=f"WAL per job, {name}",
                 system=system.name,
                 metric=f"WAL bytes per job N={n} W={w}",
                 unit="B/job",
@@ -94,14 +102,14 @@ def scenario_latency(ctx: Context, system: System) -> list[Figure]:
     with ctx.cluster.fresh_database(db_name(system.name, "latency")) as db:
         setup_system(ctx, system, db)
         ctx.cluster.settle(db)
-        got = call_driver(ctx.cluster, system, db, "latency", k, w)
+        got = call_driver(ctx.cluster, system, db, "latency", k, w, ctx.options.latency_spacing_ms)
     if got.get("lost"):
         raise DriverError(f"{system.name} lost {got['lost']} latency probes: {got}")
     return [
         Figure(
             scenario=f"latency {p}",
             system=system.name,
-            metric=f"pickup {p} K={k} W={w}",
+            metric=f"pickup {p} K={k} W={w}, one every {ctx.options.latency_spacing_ms} ms",
             unit="ms",
             value=got[f"{p}_ms"],
             better="lower",

@@ -1,8 +1,8 @@
 // Command-line contract shared by the node drivers in bench/peers; the same
 // contract as contract.py (read its docstring): the database comes from the
 // libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE), the command is one of
-// `setup`, `enqueue N`, `drain N W`, `latency K [W]`, and the last stdout line
-// is one JSON object.
+// `setup`, `enqueue N [C]`, `drain N W [S]`, `latency K [W [D]]`, and the last
+// stdout line is one JSON object.
 
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -20,7 +20,15 @@ export function packageVersion(name) {
   return JSON.parse(readFileSync(manifest, "utf8")).version;
 }
 
-export const LATENCY_SPACING_MS = 20;
+// What this run asks besides N and W (set by main from the command line): how
+// long a drain's handler sleeps, how far apart latency probes are enqueued.
+export const settings = { handlerSleepMs: 0, latencySpacingMs: 20 };
+
+// A drain handler's work: nothing, or a sleep of settings.handlerSleepMs.
+export async function work() {
+  if (settings.handlerSleepMs > 0) await sleep(settings.handlerSleepMs);
+}
+
 export const LATENCY_TIMEOUT_MS = 15000;
 export const LATENCY_WARMUP = 10;
 export const CONFIRM_POLL_MS = 10;
@@ -90,7 +98,7 @@ export class Probes {
     for (let i = 0; i < k; i++) {
       const wait = nextAt - now();
       if (wait > 0) await sleep(wait);
-      nextAt += LATENCY_SPACING_MS;
+      nextAt += settings.latencySpacingMs;
       await enqueueOne(i);
       this.committed.set(i, now());
     }
@@ -127,32 +135,39 @@ export async function confirm(countDone, n) {
   }
 }
 
-// driver: { setup(), enqueue(n) -> seconds of the bulk call, drain(n, w) -> {seconds, verified}, latency(k, w) -> [ms|null] }
+// driver: { setup(), enqueue(n) -> seconds of the bulk call, drain(n, w) -> {seconds, verified}, latency(k, w) -> [ms|null] };
+// a drain's handlers await work().
 export async function main(driver) {
   const [command, ...rest] = process.argv.slice(2);
-  const ints = rest.map((x) => Number.parseInt(x, 10));
+  const ints = rest.map((x) => Number(x));
   let result;
   if (command === "setup") {
     result = await driver.setup();
-  } else if (command === "enqueue" && ints.length === 1) {
-    const [n] = ints;
-    const seconds = await driver.enqueue(n);
-    result = { jobs: n, seconds: round(seconds, 4), jobs_per_s: round(n / seconds, 1) };
-  } else if (command === "drain" && ints.length === 2) {
-    const [n, w] = ints;
+  } else if (command === "enqueue" && (ints.length === 1 || ints.length === 2)) {
+    const [n, chunk = n] = ints;
+    let seconds = 0;
+    for (let start = 0; start < n; start += chunk) {
+      seconds += await driver.enqueue(Math.min(chunk, n - start));
+    }
+    result = { jobs: n, chunk, seconds: round(seconds, 4), jobs_per_s: round(n / seconds, 1) };
+  } else if (command === "drain" && (ints.length === 2 || ints.length === 3)) {
+    const [n, w, sleepMs = 0] = ints;
+    settings.handlerSleepMs = sleepMs;
     const { seconds, verified } = await driver.drain(n, w);
     result = {
       jobs: n,
       workers: w,
+      sleep_ms: sleepMs,
       seconds: round(seconds, 4),
       jobs_per_s: round(n / seconds, 1),
       verified,
     };
-  } else if (command === "latency" && (ints.length === 1 || ints.length === 2)) {
-    const [k, w = 1] = ints;
-    result = { workers: w, ...latencySummary(await driver.latency(k, w)) };
+  } else if (command === "latency" && ints.length >= 1 && ints.length <= 3) {
+    const [k, w = 1, spacingMs = 20] = ints;
+    settings.latencySpacingMs = spacingMs;
+    result = { workers: w, spacing_ms: spacingMs, ...latencySummary(await driver.latency(k, w)) };
   } else {
-    log("usage: setup | enqueue N | drain N W | latency K [W]");
+    log("usage: setup | enqueue N [C] | drain N W [S] | latency K [W [D]]");
     process.exit(2);
   }
   process.stdout.write(`${JSON.stringify(result)}\n`);

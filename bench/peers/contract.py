@@ -4,12 +4,14 @@ Every driver, whatever its language, is a program that finds its database in
 the libpq environment (PGHOST, PGPORT, PGUSER, PGDATABASE) and takes one of:
 
     setup            install the system's schema; print {"version", "settings"}
-    enqueue N        bulk-enqueue N no-op jobs; print {"jobs", "seconds"}, the
-                     time of the bulk call alone, connection set-up excluded
-    drain N W        W workers run the N pending jobs; print {"jobs", "seconds",
-                     "jobs_per_s", "verified"}
-    latency K [W]    idle workers, K single enqueues ~20 ms apart; print
-                     {"samples", "p50_ms", "p99_ms", ...}
+    enqueue N [C]    bulk-enqueue N no-op jobs, C per call (default all N in one);
+                     print {"jobs", "seconds"}, the time of the bulk calls alone,
+                     connection set-up excluded
+    drain N W [S]    W workers run the N pending jobs, each handler sleeping S ms
+                     (default 0: a no-op); print {"jobs", "seconds", "jobs_per_s",
+                     "verified"}
+    latency K [W [D]]  idle workers, K single enqueues D ms apart (default 20);
+                     print {"samples", "p50_ms", "p99_ms", ...}
 
 It prints exactly one JSON object on the last line of stdout; logs go to
 stderr. bench/peers/contract.mjs is the same contract for node drivers.
@@ -28,14 +30,31 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# How far apart latency probes are enqueued, and how long one may wait unserved.
-LATENCY_SPACING_S = 0.020
+# How long a latency probe may wait unserved.
 LATENCY_TIMEOUT_S = 15.0
 LATENCY_WARMUP = 10
 # How often the end of a drain is confirmed from the database once every
 # handler has run (completions may be buffered by the peer).
 CONFIRM_POLL_S = 0.010
 CONFIRM_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Settings:
+    """What this run of the contract asks besides N and W, from its command line: how long a
+    drain's handler sleeps, and how far apart latency probes are enqueued."""
+
+    handler_sleep_s: float = 0.0
+    latency_spacing_s: float = 0.020
+
+
+SETTINGS = Settings()
+
+
+async def work() -> None:
+    """A drain handler's work: nothing, or a sleep of ``SETTINGS.handler_sleep_s``."""
+    if SETTINGS.handler_sleep_s:
+        await asyncio.sleep(SETTINGS.handler_sleep_s)
 
 
 @dataclass(frozen=True)
@@ -99,14 +118,14 @@ class Probes:
         k: int,
         enqueue_one: Callable[[int], Awaitable[None]],
     ) -> list[float | None]:
-        """Warm up, then enqueue probes 0..k-1 spaced LATENCY_SPACING_S apart."""
+        """Warm up, then enqueue probes 0..k-1 spaced ``SETTINGS.latency_spacing_s`` apart."""
         for i in range(-LATENCY_WARMUP, 0):
             await enqueue_one(i)
         await self.wait_for(range(-LATENCY_WARMUP, 0))
         next_at = time.perf_counter()
         for i in range(k):
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-            next_at += LATENCY_SPACING_S
+            next_at += SETTINGS.latency_spacing_s
             await enqueue_one(i)
             self.committed[i] = time.perf_counter()
         await self.wait_for(range(k))
@@ -147,13 +166,18 @@ def main(driver: Driver, argv: Sequence[str] | None = None) -> None:
     sub.add_parser("setup")
     p_enqueue = sub.add_parser("enqueue")
     p_enqueue.add_argument("n", type=int)
+    p_enqueue.add_argument("chunk", type=int, nargs="?")
     p_drain = sub.add_parser("drain")
     p_drain.add_argument("n", type=int)
     p_drain.add_argument("w", type=int)
+    p_drain.add_argument("sleep_ms", type=float, nargs="?", default=0.0)
     p_latency = sub.add_parser("latency")
     p_latency.add_argument("k", type=int)
     p_latency.add_argument("w", type=int, nargs="?", default=1)
+    p_latency.add_argument("spacing_ms", type=float, nargs="?", default=20.0)
     args = parser.parse_args(argv)
+    SETTINGS.handler_sleep_s = getattr(args, "sleep_ms", 0.0) / 1000.0
+    SETTINGS.latency_spacing_s = getattr(args, "spacing_ms", 20.0) / 1000.0
     emit(asyncio.run(_dispatch(driver, args)))
 
 
@@ -161,9 +185,13 @@ async def _dispatch(driver: Driver, args: argparse.Namespace) -> dict[str, Any]:
     if args.command == "setup":
         return await driver.setup()
     if args.command == "enqueue":
-        seconds = await driver.enqueue(args.n)
+        chunk = args.chunk or args.n
+        seconds = 0.0
+        for start in range(0, args.n, chunk):
+            seconds += await driver.enqueue(min(chunk, args.n - start))
         return {
             "jobs": args.n,
+            "chunk": chunk,
             "seconds": round(seconds, 4),
             "jobs_per_s": round(args.n / seconds, 1),
         }
@@ -172,9 +200,10 @@ async def _dispatch(driver: Driver, args: argparse.Namespace) -> dict[str, Any]:
         return {
             "jobs": args.n,
             "workers": args.w,
+            "sleep_ms": args.sleep_ms,
             "seconds": round(result.seconds, 4),
             "jobs_per_s": round(args.n / result.seconds, 1),
             "verified": result.verified,
         }
     samples = await driver.latency(args.k, args.w)
-    return {"workers": args.w, **latency_summary(samples)}
+    return {"workers": args.w, "spacing_ms": args.spacing_ms, **latency_summary(samples)}

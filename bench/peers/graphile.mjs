@@ -16,6 +16,7 @@ import {
   Probes,
   require,
   sleep,
+  work,
 } from "./contract.mjs";
 
 const { Pool } = require("pg");
@@ -93,6 +94,7 @@ async function drain(n, w) {
     let handled = 0;
     const taskList = {
       [TASK]: async () => {
+        await work();
         handled += 1;
       },
     };

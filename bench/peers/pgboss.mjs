@@ -10,7 +10,7 @@
 // Bulk enqueue is boss.insert(jobs) (one statement). Maintenance and cron
 // stay at their defaults.
 
-import { confirm, log, main, now, packageVersion, pgConfig, Probes, require, sleep } from "./contract.mjs";
+import { confirm, log, main, now, packageVersion, pgConfig, Probes, require, sleep, work } from "./contract.mjs";
 
 const PgBoss = require("pg-boss");
 
@@ -83,6 +83,7 @@ async function drain(n, w) {
     let handled = 0;
     const started = now();
     await startWorkers(boss, w, async () => {
+      await work();
       handled += 1;
     });
     while (handled < n) await sleep(5);

@@ -96,6 +96,7 @@ async def drain(n: int, w: int) -> contract.DrainResult:
     handled = [0]
 
     async def noop(job: Job) -> None:
+        await contract.work()
         handled[0] += 1
 
     managers = await make_managers(w, noop)

@@ -33,6 +33,8 @@ def make_app(pool_size: int) -> tuple[App, contract.Probes, list[int]]:
     async def noop(i: int | None = None) -> None:
         if i is not None:
             probes.handler_started(i)
+        else:
+            await contract.work()
         handled[0] += 1
 
     # Registered by a call, not as a decorator: where procrastinate is not installed (the

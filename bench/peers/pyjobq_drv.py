@@ -161,6 +161,7 @@ async def drain_worker(n: int, w: int) -> contract.DrainResult:
     all_handled = asyncio.Event()
 
     async def noop(job: ClaimedJob) -> None:
+        await contract.work()
         handled[0] += 1
         if handled[0] >= n:
             all_handled.set()
@@ -189,6 +190,7 @@ async def drain_loop(n: int, w: int) -> contract.DrainResult:
             jobs = await q.claim(me, LOOP_BATCH)
             if not jobs:
                 return
+            await asyncio.gather(*(contract.work() for _ in jobs))  # the batch's handlers
             handled[0] += len(jobs)
             await q.complete_many(me, [j.job_id for j in jobs], [j.attempt for j in jobs])
 

@@ -1216,19 +1216,22 @@ comment on function pyjobq._check_role(text) is
 
 create function pyjobq._new_job_ids(p_now timestamptz, p_count int)
 returns table (seq bigint, job_id uuid)
-language sql
+language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  -- Time-ordered ids in the layout of UUIDv7 (version 8 here): 48 bits of
-  -- milliseconds since the epoch, 12 random bits per call, then the job's seq
-  -- under the variant bits. seq is unique, so the id is; and new keys land at
-  -- the right edge of job_pkey instead of on random pages of a large index.
+begin
+  -- Time-ordered ids in UUIDv7's layout (version 8 here): 48 bits of
+  -- milliseconds, 12 random bits per call, then the job's (unique) seq under
+  -- the variant bits: new keys land at the right edge of job_pkey. PL/pgSQL:
+  -- its plan is kept for the session, where a SQL body is planned every call.
+  return query
   select s.seq,
          (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
     from (select lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
                  || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0') as prefix) p,
-         lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s
+         lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s;
+end;
 $$;
 
 comment on function pyjobq._new_job_ids(timestamptz, int) is

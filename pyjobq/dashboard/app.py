@@ -23,7 +23,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.dashboard import views
 from pyjobq.dashboard.guard import CSRF_COOKIE, Guard, new_nonce
 from pyjobq.dashboard.settings import DashboardSettings
-from pyjobq.dashboard.state import FUNCTIONS, MAY_EXECUTE, Dashboard
+from pyjobq.dashboard.state import FUNCTIONS, MAY_EXECUTE, PRIMARY_ONLY, Dashboard
 
 HERE = Path(__file__).resolve().parent
 OPEN_PATHS = ("/static/", "/login")
@@ -78,6 +78,10 @@ def create_app(settings: DashboardSettings) -> Starlette:
                 names = list(FUNCTIONS)
                 rows = await conn.execute(MAY_EXECUTE, (names, [FUNCTIONS[n] for n in names]))
                 can = frozenset(r[0] for r in await rows.fetchall())
+                recovery = await (await conn.execute("select pg_is_in_recovery()")).fetchone()
+                standby = bool(recovery and recovery[0])
+                if standby:  # a hot standby: pages that read, from what it replays
+                    can -= PRIMARY_ONLY
             app.state.dashboard = Dashboard(
                 settings=settings,
                 pool=pool,
@@ -86,6 +90,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
                 templates=templates,
                 role=str(role[0]) if role else "?",
                 can=can,
+                standby=standby,
             )
             yield
         finally:

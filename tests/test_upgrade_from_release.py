@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -73,24 +72,12 @@ def release_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("needs the repository's history (a git checkout)")
     version, commit = RELEASE
     target = tmp_path_factory.mktemp(f"pyjobq-{version}")
-    archive = target / "release.tar"
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(ROOT),
-            "archive",
-            "--output",
-            str(archive),
-            commit,
-            "pyproject.toml",
-            "pyjobq",
-            "migrations",
-        ],
-        check=True,
-    )
-    with tarfile.open(archive) as tar:
-        tar.extractall(target, filter="data")
+    paths = ["pyproject.toml", "pyjobq", "migrations"]
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, *paths], capture_output=True, check=True
+    ).stdout
+    # tar(1), not tarfile: extractall's filter= came in 3.11.4, and Debian's 3.11 is older.
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return target
 
 

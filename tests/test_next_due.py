@@ -80,6 +80,23 @@ def test_claim_with_next_due_returns_the_jobs_and_the_wait_in_one_statement(conn
     assert [job.payload for job in q.claim_with_next_due("w1", 10).jobs] == [{"n": 2}]
 
 
+def test_the_claim_reads_next_due_once_however_many_jobs_it_takes(conn: Conn) -> None:
+    # A subquery beside the claim is pulled up into the join, where its expression ran for
+    # every claimed row: job_next_due 264 times in a worker's claim of 264, three times the
+    # claim's own cost. pg_stat_xact_user_functions counts the calls of this transaction.
+    q = JobQueue(conn)
+    q.enqueue_many(JobType.SEARCH, [{} for _ in range(50)])
+    with conn.transaction():
+        conn.execute("set local track_functions = 'all'")
+        claimed = q.claim_with_next_due("w1", 50)
+        calls = one(
+            conn,
+            "select calls from pg_stat_xact_user_functions where funcname = 'job_next_due'",
+        )
+    assert len(claimed.jobs) == 50
+    assert calls == 1
+
+
 def test_jobs_due_later_and_retries_are_announced_with_their_time(conn: Conn) -> None:
     freeze(conn, FROZEN)
     q = JobQueue(conn)

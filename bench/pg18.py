@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
-from sqlloop import drain_loop, enqueue_empty
+from sqlloop import drain_all, enqueue_empty
 
 IO_METHODS = ("sync", "worker", "io_uring")
 
@@ -67,10 +66,7 @@ def drain(server: LocalPostgres, jobs: int, workers: int, batch: int) -> float:
     connections = [psycopg.connect(server.dsn(), autocommit=True) for _ in range(workers)]
     try:
         start = time.perf_counter()
-        with ThreadPoolExecutor(workers) as pool:
-            done = sum(
-                pool.map(lambda n: drain_loop(connections[n], f"w{n}", batch), range(workers))
-            )
+        done = drain_all(connections, "w", batch).jobs
         seconds = time.perf_counter() - start
     finally:
         for conn in connections:

@@ -25,7 +25,6 @@ import queue
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -35,7 +34,7 @@ import psycopg
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
-from sqlloop import enqueue_empty
+from sqlloop import drain_all, enqueue_empty
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -72,40 +71,16 @@ def _part(target: Callable[..., tuple[int, int, float]], results: Any, *args: An
     results.put(target(*args))
 
 
-def _drain_loop(conn: psycopg.Connection[Any], worker_id: str, batch: int) -> tuple[int, int]:
-    """bench/sqlloop.py's drain loop, retrying a completion refused with 55P03 (lock_timeout:
-    past the knee a completion can wait that long behind a claim, see docs/scaling.md), as
-    the SQL API says any client may; returns the jobs completed and the retries."""
-    done = retries = 0
-    while rows := conn.execute(
-        "select job_id, attempt from pyjobq.job_claim(%s, %s::int)", (worker_id, batch)
-    ).fetchall():
-        while True:
-            try:
-                conn.execute(
-                    "select count(*) from pyjobq.job_complete_many(%s, %s::uuid[], %s::int[])",
-                    (worker_id, [r[0] for r in rows], [r[1] for r in rows]),
-                )
-                break
-            except psycopg.errors.LockNotAvailable:
-                retries += 1
-        done += len(rows)
-    return done, retries
-
-
 def _loop_part(
     dsn: str, part: int, connections: int, batch: int, go: Any
 ) -> tuple[int, int, float]:
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(connections)]
     go.wait()
     cpu = time.process_time()
-    with ThreadPoolExecutor(connections) as pool:
-        ends = list(
-            pool.map(lambda i: _drain_loop(conns[i], f"p{part}-{i}", batch), range(connections))
-        )
+    drained = drain_all(conns, f"p{part}-", batch)
     for conn in conns:
         conn.close()
-    return sum(e[0] for e in ends), sum(e[1] for e in ends), time.process_time() - cpu
+    return drained.jobs, drained.retries, time.process_time() - cpu
 
 
 def _worker_part(

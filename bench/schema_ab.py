@@ -62,7 +62,7 @@ def main() -> None:
                     enqueue_empty(conn, 1, args.jobs)
                     start = conn.execute(flushed).fetchone()
                     started = time.perf_counter()
-                    done = drain_loop(conn, "ab", args.batch)
+                    done = drain_loop(conn, "ab", args.batch).jobs
                     rates[name].append(done / (time.perf_counter() - started))
                     written = conn.execute(
                         f"select pg_wal_lsn_diff(({flushed})::pg_lsn, %s)", start

@@ -5,7 +5,8 @@ call)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -21,20 +22,41 @@ def enqueue_empty(conn: Conn, job_type: int, count: int) -> None:
     )
 
 
+class Drained(NamedTuple):
+    jobs: int  # completed
+    retries: int  # completions refused with 55P03 (lock_timeout) and sent again
+
+
 def drain_loop(
     conn: Conn, worker_id: str, batch: int = 20, job_types: Sequence[int] | None = None
-) -> int:
+) -> Drained:
     """Claim up to ``batch`` due jobs (of ``job_types``, or any) and complete them with one
-    ``job_complete_many``, until a claim comes back empty; returns the jobs completed."""
+    ``job_complete_many``, until a claim comes back empty. A completion refused with 55P03
+    (past the knee it can wait that long behind a claim, docs/scaling.md) is sent again, as
+    the SQL API says any client may."""
     types = None if job_types is None else list(job_types)
-    done = 0
+    done = retries = 0
     while rows := conn.execute(
         "select job_id, attempt from pyjobq.job_claim(%s, %s::int, null, %s::int[])",
         (worker_id, batch, types),
     ).fetchall():
-        conn.execute(
-            "select count(*) from pyjobq.job_complete_many(%s, %s::uuid[], %s::int[])",
-            (worker_id, [r[0] for r in rows], [r[1] for r in rows]),
-        )
+        while True:
+            try:
+                conn.execute(
+                    "select count(*) from pyjobq.job_complete_many(%s, %s::uuid[], %s::int[])",
+                    (worker_id, [r[0] for r in rows], [r[1] for r in rows]),
+                )
+                break
+            except psycopg.errors.LockNotAvailable:
+                retries += 1
         done += len(rows)
-    return done
+    return Drained(done, retries)
+
+
+def drain_all(conns: Sequence[Conn], prefix: str, batch: int) -> Drained:
+    """``drain_loop`` on every connection at once, a thread each (workers ``prefix0``, ...)."""
+    with ThreadPoolExecutor(len(conns)) as pool:
+        ends = list(
+            pool.map(lambda i: drain_loop(conns[i], f"{prefix}{i}", batch), range(len(conns)))
+        )
+    return Drained(sum(e.jobs for e in ends), sum(e.retries for e in ends))

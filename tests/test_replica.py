@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -48,19 +48,6 @@ READS = {
 }
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
-    """A primary and its hot standby, streaming asynchronously, with the schema."""
-    with ExitStack() as stack:
-        primary = Primary(settings=SETTINGS)
-        stack.enter_context(primary)
-        standby = stack.enter_context(primary.standby(SETTINGS))
-        with psycopg.connect(primary.dsn(), autocommit=True) as conn:
-            conn.execute(f"create database {DBNAME}")
-        migrate(primary.dsn(DBNAME))
-        yield primary, standby
-
-
 def replayed(primary: LocalPostgres, standby: LocalPostgres) -> None:
     """Wait until the standby has replayed everything the primary has written so far."""
     with psycopg.connect(primary.dsn(), autocommit=True) as conn:
@@ -92,12 +79,30 @@ def a_queue_in_every_state(dsn: str) -> dict[str, UUID]:
     return {"job": running, "child": child, "batch": batch}
 
 
-def test_every_read_answers_on_the_standby_as_on_the_primary(
-    servers: tuple[LocalPostgres, LocalPostgres],
-) -> None:
-    primary, standby = servers
-    ids = a_queue_in_every_state(primary.dsn(DBNAME))
-    replayed(primary, standby)
+class Replica(NamedTuple):
+    primary: LocalPostgres
+    standby: LocalPostgres
+    ids: dict[str, UUID]  # a_queue_in_every_state's
+
+
+@pytest.fixture(scope="module")
+def replica() -> Iterator[Replica]:
+    """A primary and its hot standby, streaming asynchronously, with the schema and a queue in
+    every state that the standby has replayed."""
+    with ExitStack() as stack:
+        primary = Primary(settings=SETTINGS)
+        stack.enter_context(primary)
+        standby = stack.enter_context(primary.standby(SETTINGS))
+        with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+            conn.execute(f"create database {DBNAME}")
+        migrate(primary.dsn(DBNAME))
+        ids = a_queue_in_every_state(primary.dsn(DBNAME))
+        replayed(primary, standby)
+        yield Replica(primary, standby, ids)
+
+
+def test_every_read_answers_on_the_standby_as_on_the_primary(replica: Replica) -> None:
+    primary, standby, ids = replica
     with (
         psycopg.connect(primary.dsn(DBNAME), autocommit=True) as on_primary,
         psycopg.connect(standby.dsn(DBNAME), autocommit=True) as on_standby,
@@ -122,12 +127,8 @@ def test_every_read_answers_on_the_standby_as_on_the_primary(
             on_standby.execute("select * from pyjobq.job_claim('w2', 1)")
 
 
-def test_the_dashboard_reads_from_the_standby(
-    servers: tuple[LocalPostgres, LocalPostgres],
-) -> None:
-    primary, standby = servers
-    ids = a_queue_in_every_state(primary.dsn(DBNAME))
-    replayed(primary, standby)
+def test_the_dashboard_reads_from_the_standby(replica: Replica) -> None:
+    primary, standby, ids = replica
     with dashboard(standby.dsn(DBNAME)) as base:
         for page in ("/", "/jobs", f"/jobs/{ids['job']}", "/schedules", "/audit", "/metrics"):
             assert status_of(base + page) == 200, page
@@ -147,7 +148,6 @@ def test_the_dashboard_reads_from_the_standby(
             browser.open(f"{base}/jobs/{ids['child']}/cancel", form)
         assert refused.value.code == 403
         assert "job_cancel is not allowed here" in refused.value.read().decode()
-    replayed(primary, standby)
     with psycopg.connect(primary.dsn(DBNAME)) as conn:
         row: Any = conn.execute(
             "select status from pyjobq.job where job_id = %s", (ids["child"],)

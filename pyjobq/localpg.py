@@ -72,6 +72,13 @@ def server_version(bindir: Path) -> str:
     return result.stdout.split(")", 1)[1].split()[0]
 
 
+def which_server() -> str:
+    """``PostgreSQL 18.6 from <bindir>``: what :func:`find_bindir` chooses, as scripts/setup
+    and the suite's header say it."""
+    bindir = find_bindir()
+    return f"PostgreSQL {server_version(bindir)} from {bindir}"
+
+
 def _system_bindirs() -> list[Path]:
     found: list[Path] = []
     pg_config = shutil.which("pg_config")

@@ -17,7 +17,7 @@ from hypothesis import settings
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pyjobq.localpg import LocalPostgres, find_bindir, server_version
+from pyjobq.localpg import LocalPostgres, which_server
 from pyjobq.migrate import migrate
 
 # Hypothesis keeps no example database. Its default, .hypothesis/ in the working directory, made
@@ -63,8 +63,7 @@ SLOW_MODULES = {
 
 def pytest_report_header() -> str:
     """Which server the run uses (PYJOBQ_PG and PYJOBQ_PG_BINDIR choose, pyjobq.localpg)."""
-    bindir = find_bindir()
-    return f"PostgreSQL {server_version(bindir)} from {bindir}"
+    return which_server()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

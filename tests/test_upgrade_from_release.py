@@ -10,11 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
@@ -23,6 +22,7 @@ from yoyo import get_backend, read_migrations
 from pyjobq import SCHEMA_VERSION
 from pyjobq.migrate import create_schema, migrate, migrations_dir, yoyo_url
 from pyjobq.worker import Worker
+from tests.sqlhelp import enqueue, one
 from tests.workerhelp import Running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -126,30 +126,15 @@ def stopped(process: subprocess.Popen[str], signum: int | None = signal.SIGTERM)
     return out, err
 
 
-def wait_until(what: str, done: Callable[[], bool], seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
-        time.sleep(0.05)
-
-
 def ran(tmp_path: Path) -> set[str]:
     """The workers that ran a job so far."""
     runs = tmp_path / "runs"
     return {line.split()[0] for line in runs.read_text().splitlines()} if runs.exists() else set()
 
 
-def scalar_in(conn: psycopg.Connection[Any], query: str) -> Any:
-    row = conn.execute(query).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def scalar(dsn: str, query: str) -> int:
+def scalar(dsn: str, query: LiteralString) -> int:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(query).fetchone()
-    assert row is not None
-    return int(row[0])
+        return int(one(conn, query))
 
 
 def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothing(
@@ -174,8 +159,7 @@ def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothi
     with psycopg.connect(dsn, autocommit=True) as conn:
         # Through the release's own signatures, as its clients call them: one job of type 1
         # in each state, its lease held by a client, and 2,000 of type 2 to drain.
-        one = "select job_id from pyjobq.job_enqueue(1, '{}')"
-        held, done, dead, expired = (scalar_in(conn, one) for _ in range(4))
+        held, done, dead, expired = (enqueue(conn) for _ in range(4))
         claimed: dict[Any, int] = dict(
             conn.execute("select job_id, attempt from pyjobq.job_claim('old-client', 4, 600)")
         )
@@ -187,7 +171,7 @@ def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothi
             "update pyjobq.job set lease_until = now() - interval '1 second' where job_id = %s",
             (expired,),
         )
-        pending = scalar_in(conn, one)
+        pending = enqueue(conn)
         conn.execute(
             "select pyjobq.job_enqueue_many(2,"
             " array(select '{}'::jsonb from generate_series(1, 2000)))"
@@ -196,13 +180,13 @@ def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothi
 
     producer = started(["-c", PRODUCER, dsn, str(tmp_path / "stop")], release_source)
     type_2 = "select count(*) from pyjobq.job where job_type = 2"
-    wait_until("the release's producer enqueues", lambda: scalar(dsn, type_2) > 2000)
+    wait_for(lambda: scalar(dsn, type_2) > 2000, "the release's producer to enqueue")
     # --prefetch 0: at SIGTERM the release's worker gives back the jobs it prefetched, and may
     # start one of them too, which then runs twice (fixed since, 35624aa; the CHANGELOG's Fixed).
     # Without prefetch it holds only jobs it runs, and its drain finishes them.
     old = [*worker(dsn), "--prefetch", "0"]
     old_workers = [started(old, release_source, UPGRADE_WORKER=f"old{n}") for n in range(2)]
-    wait_until("both of the release's workers run jobs", lambda: ran(tmp_path) >= {"old0", "old1"})
+    wait_for(lambda: ran(tmp_path) >= {"old0", "old1"}, "both of the release's workers to run jobs")
     for process in old_workers:
         stopped(process)
     new_workers = [started(worker(dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
@@ -210,17 +194,12 @@ def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothi
     applied = migrate(dsn).applied
     assert len(applied) == SCHEMA_VERSION - 1
     at_upgrade = scalar(dsn, type_2)
-    wait_until("the producer enqueues after the upgrade", lambda: scalar(dsn, type_2) > at_upgrade)
+    wait_for(lambda: scalar(dsn, type_2) > at_upgrade, "the producer to enqueue after the upgrade")
     (tmp_path / "stop").touch()
     made = int(stopped(producer, None)[0])
     total = 2000 + made
-    wait_until(
-        f"all {total} jobs of type 2 DONE",
-        lambda: (
-            scalar(dsn, "select count(*) from pyjobq.job where job_type = 2 and status = 3")
-            == total
-        ),
-    )
+    done_2 = "select count(*) from pyjobq.job where job_type = 2 and status = 3"
+    wait_for(lambda: scalar(dsn, done_2) == total, f"all {total} jobs of type 2 to be DONE")
     for process in new_workers:
         # Each waited on the old schema, then started once the migration had run.
         log = stopped(process)[1]

@@ -34,7 +34,7 @@ WHOLE_TABLE = """
 select j.job_type, j.status, count(*),
        min(j.run_after) filter (where j.status = 1 and j.run_after <= now()),
        count(*) filter (where j.status = 2 and j.lease_until < now())
-  from pyjobq.job j
+  from pyjobq.job_all j
  group by j.job_type, j.status
 """
 
@@ -67,7 +67,7 @@ def build(dsn: str, history: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         # Written directly, as years of drains would leave them: the functions would take hours.
         conn.execute(
-            "insert into pyjobq.job (job_type, status, attempts, run_after, run_started_at,"
+            "insert into pyjobq.job_history (job_type, status, attempts, run_after, run_started_at,"
             " created_at, updated_at, result)"
             " select 1, 3, 1, now(), now(), now(), now(), '{\"ok\": true}'"
             " from generate_series(1, %s)",
@@ -82,7 +82,7 @@ def build(dsn: str, history: int) -> None:
             conn.execute(
                 "select pyjobq.job_fail(%s, 'bench', %s, 'x', null, true)", (job_id, attempt)
             )
-        conn.execute("vacuum analyze pyjobq.job")
+        conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
 
 
 def median_ms(conn: psycopg.Connection[tuple[object, ...]], query: str, calls: int) -> float:
@@ -108,7 +108,7 @@ def drain(dsn: str, workers: int, reader_query: str | None, label: str) -> Drain
     """Enqueue DRAIN_JOBS (type 2, apart from the history) and time W loops draining them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         enqueue_empty(conn, 2, DRAIN_JOBS)
-        conn.execute("analyze pyjobq.job")
+        conn.execute("analyze pyjobq.job, pyjobq.job_history")
     stop = threading.Event()
     calls = 0
 

@@ -73,7 +73,7 @@ DISK_PER_JOB = 1000
 Conn = psycopg.Connection[Any]
 
 HISTORY = """
-insert into pyjobq.job as j
+insert into pyjobq.job_history as j
   (job_id, seq, job_type, status, priority, payload, result, attempts, max_attempts, run_after,
    worker_id, run_started_at, last_error, created_at, updated_at, lease_token)
 select n.job_id, n.seq, b.job_type, o.status, 100,
@@ -250,28 +250,33 @@ def load(dsn: str, args: argparse.Namespace) -> Loaded:
         load_stats(conn, current)
         seconds["active jobs and job_stat"] = time.monotonic() - started
         started = time.monotonic()
-        conn.execute("vacuum pyjobq.job")
+        conn.execute("vacuum pyjobq.job, pyjobq.job_history")
         seconds["vacuum"] = time.monotonic() - started
         started = time.monotonic()
-        conn.execute("analyze pyjobq.job")
+        conn.execute("analyze pyjobq.job, pyjobq.job_history")
         conn.execute("analyze pyjobq.job_stat")
         seconds["analyze"] = time.monotonic() - started
         conn.execute("checkpoint")
-        rows = conn.execute("select status::int, count(*) from pyjobq.job group by 1 order by 1")
+        rows = conn.execute(
+            "select status::int, count(*) from pyjobq.job_all group by 1 order by 1"
+        )
         by_status: dict[int, int] = {int(status): int(count) for status, count in rows}
         sizes = conn.execute(
-            "select pg_relation_size('pyjobq.job'), pg_indexes_size('pyjobq.job'),"
-            " pg_total_relation_size('pyjobq.job')"
+            "select sum(pg_relation_size(relid)), sum(pg_indexes_size(relid)),"
+            " sum(pg_total_relation_size(relid)) from pg_partition_tree('pyjobq.job_history')"
+            " where isleaf or relid = 'pyjobq.job'::regclass"
         ).fetchone()
         assert sizes is not None
         visible = conn.execute(
-            "select c.relallvisible, c.relpages, s.autovacuum_count from pg_class c"
-            " join pg_stat_user_tables s on s.relid = c.oid where c.oid = 'pyjobq.job'::regclass"
+            "select sum(c.relallvisible), sum(c.relpages), sum(s.autovacuum_count) from pg_class c"
+            " join pg_stat_user_tables s on s.relid = c.oid"
+            " where c.oid in"
+            " (select relid from pg_partition_tree('pyjobq.job_history') where isleaf)"
         ).fetchone()
         assert visible is not None
         # The job created halfway through the history, found along job_pkey.
         middle = conn.execute(
-            "select job_id from pyjobq.job where job_id >= pyjobq._job_id_floor(%s)"
+            "select job_id from pyjobq.job_all where job_id >= pyjobq._job_id_floor(%s)"
             " order by job_id limit 1",
             (datetime.now(UTC) - timedelta(minutes=1 + history / RATE / 2),),
         ).fetchone()
@@ -392,7 +397,7 @@ def report(args: argparse.Namespace, loaded: Loaded, timings: list[Timing]) -> N
     total = sum(loaded.by_status.values())
     print()
     print(
-        f"`pyjobq.job`: {total:,} jobs, "
+        f"`pyjobq.job_all`: {total:,} jobs, "
         + ", ".join(f"{names[s]} {n:,}" for s, n in sorted(loaded.by_status.items()))
     )
     print(

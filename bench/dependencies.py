@@ -96,7 +96,7 @@ SHAPES: dict[str, Callable[[JobQueue, int], int]] = {
 
 def empty(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     """No jobs, edges or batches (the last two where the schema has them)."""
-    conn.execute("truncate pyjobq.job")
+    conn.execute("truncate pyjobq.job, pyjobq.job_history")
     for table in ("job_edge", "job_batch"):
         if conn.execute("select to_regclass(%s) is not null", (f"pyjobq.{table}",)).fetchone() == (
             True,
@@ -108,7 +108,7 @@ def drain(dsn: str, shape: str, jobs: int, workers: int) -> tuple[float, float]:
     """(jobs/s of the drain, seconds of the enqueue) of one shape."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         empty(conn)
-        conn.execute("vacuum analyze pyjobq.job")
+        conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
         started = time.perf_counter()
         total = SHAPES[shape](JobQueue(conn), jobs)
         enqueued = time.perf_counter() - started
@@ -116,7 +116,7 @@ def drain(dsn: str, shape: str, jobs: int, workers: int) -> tuple[float, float]:
         started = time.perf_counter()
         runner = threading.Thread(target=worker.run)
         runner.start()
-        while conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() != (
+        while conn.execute("select count(*) from pyjobq.job_all where status = 3").fetchone() != (
             total,
         ):
             time.sleep(0.02)
@@ -140,7 +140,7 @@ def completion_us(dsn: str, dependants: int, calls: int) -> float:
             started = time.perf_counter()
             q.complete(job.job_id, "b", job.attempt, lease_token=job.lease_token)
             times.append(time.perf_counter() - started)
-            conn.execute("delete from pyjobq.job")
+            conn.execute("truncate pyjobq.job, pyjobq.job_history")
     return statistics.median(times) * 1e6
 
 

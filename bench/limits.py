@@ -73,7 +73,7 @@ def drain(dsn: str, layout: list[str], workers: int, limits: dict[str, Any]) -> 
     """Jobs/s of one drain of jobs with the concurrency keys of ``layout`` under ``limits``."""
     jobs = len(layout)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("truncate pyjobq.job")
+        conn.execute("truncate pyjobq.job, pyjobq.job_history")
         queue = JobQueue(conn)
         queue.type_set_limits(JOB_TYPE, **limits)
         for first in range(0, jobs, 10000):
@@ -83,7 +83,7 @@ def drain(dsn: str, layout: list[str], workers: int, limits: dict[str, Any]) -> 
                 [{} for _ in range(count)],
                 concurrency_keys=layout[first : first + count],
             )
-        conn.execute("vacuum analyze pyjobq.job")
+        conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
         worker = Worker(dsn, {JOB_TYPE: noop}, concurrency=workers, schedules=False)
         thread = threading.Thread(target=worker.run)
         started = time.monotonic()
@@ -106,11 +106,11 @@ def claim_rate(dsn: str) -> tuple[float, int]:
         row = conn.execute(
             "with span as (select min(run_started_at) as first,"
             " floor(extract(epoch from max(run_started_at) - min(run_started_at))) as seconds"
-            " from pyjobq.job)"
-            " select (select count(*) from pyjobq.job, span"
+            " from pyjobq.job_all)"
+            " select (select count(*) from pyjobq.job_all, span"
             "          where run_started_at < first + seconds * interval '1 second') / seconds,"
             " (select max(n) from (select count(*) over (order by run_started_at range between"
-            " current row and interval '999999 microseconds' following) n from pyjobq.job) w)"
+            " current row and interval '999999 microseconds' following) n from pyjobq.job_all) w)"
             " from span"
         ).fetchone()
     assert row is not None
@@ -121,15 +121,17 @@ def small_keys_done_after(dsn: str) -> int:
     """How many jobs the last drain had claimed when it claimed the small keys' last one."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            "select count(*) from pyjobq.job where run_started_at <= (select max(run_started_at)"
-            " from pyjobq.job where concurrency_key like 'small%')"
+            "select count(*) from pyjobq.job_all where run_started_at <="
+            " (select max(run_started_at) from pyjobq.job_all where concurrency_key like 'small%')"
         ).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def _unfinished(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("select exists (select from pyjobq.job where status in (1, 2))").fetchone()
+    row = conn.execute(
+        "select exists (select from pyjobq.job_all where status in (1, 2))"
+    ).fetchone()
     return bool(row and row[0])
 
 

@@ -54,7 +54,7 @@ def main() -> None:
         (f"schema at {args.before}", before, ""),
         ("as installed", after, ""),
         ("a grant on another type", after, "select pyjobq.job_type_grant(2, 'other_team', 'work')"),
-        ("done trigger dropped", after, "drop trigger job_done_notify on pyjobq.job"),
+        ("done trigger dropped", after, "drop trigger job_done_notify on pyjobq.job_history"),
     ]
     rates: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     with LocalPostgres(settings=SETTINGS) as server:
@@ -72,7 +72,7 @@ def main() -> None:
                     if change:
                         conn.execute(change)
                     enqueue_empty(conn, 1, args.jobs)
-                    conn.execute("vacuum analyze pyjobq.job")
+                    conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
                 rates[label].append(
                     drain(make_conninfo(server.dsn(name), user="bench_worker"), args.jobs)
                 )

@@ -78,7 +78,7 @@ def drain(server: LocalPostgres, jobs: int, workers: int, batch: int) -> float:
 def cold_vacuum(server: LocalPostgres) -> float:
     server.restart()
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        return timed(conn, "vacuum pyjobq.job", 1)
+        return timed(conn, "vacuum pyjobq.job, pyjobq.job_history", 1)
 
 
 def main() -> None:

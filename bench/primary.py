@@ -110,7 +110,7 @@ def _worker_part(
             await asyncio.sleep(0.002)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             while True:  # completions are flushed in batches: until the last is recorded
-                cur = await conn.execute("select count(*) from pyjobq.job where status = 3")
+                cur = await conn.execute("select count(*) from pyjobq.job_all where status = 3")
                 row = await cur.fetchone()
                 if row is not None and row[0] >= jobs:
                     break
@@ -127,9 +127,9 @@ def drain(
 ) -> Drain:
     dsn = server.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("truncate pyjobq.job")
+        conn.execute("truncate pyjobq.job, pyjobq.job_history")
         enqueue_empty(conn, 1, jobs)
-        conn.execute("vacuum analyze pyjobq.job")
+        conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
         conn.execute("checkpoint")
     ctx = get_context("spawn")
     go = ctx.Event()
@@ -173,7 +173,7 @@ def drain(
         commits_after = conn.execute(
             "select xact_commit from pg_stat_database where datname = current_database()"
         ).fetchone()
-        left = conn.execute("select count(*) from pyjobq.job where status <> 3").fetchone()
+        left = conn.execute("select count(*) from pyjobq.job_all where status <> 3").fetchone()
     assert done >= jobs, (done, jobs)
     assert left == (0,), left
     assert wal is not None

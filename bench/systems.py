@@ -80,7 +80,7 @@ SYSTEMS: tuple[System, ...] = (
         name="pyjobq",
         argv=PYJOBQ_DRIVER,
         role="subject",
-        table="pyjobq.job",
+        table="pyjobq.job_all",
         extras=frozenset({"claimcost", "sustained"}),
     ),
     # pyjobq as shipped, with claim fronts off in every session (pyjobq.claim_front_off):
@@ -89,7 +89,7 @@ SYSTEMS: tuple[System, ...] = (
         name="pyjobq-nofront",
         argv=PYJOBQ_DRIVER,
         role="subject",
-        table="pyjobq.job",
+        table="pyjobq.job_all",
         env=(("PGOPTIONS", "-c pyjobq.claim_front_off=on"),),
     ),
     # The same SQL without the Worker: W connections, claim(50) + complete_many.
@@ -97,7 +97,7 @@ SYSTEMS: tuple[System, ...] = (
         name="pyjobq-loop",
         argv=PYJOBQ_DRIVER,
         role="subject",
-        table="pyjobq.job",
+        table="pyjobq.job_all",
         env=(("PYJOBQ_DRAIN", "loop"),),
     ),
 )

@@ -184,7 +184,7 @@ def status_tally(conn: psycopg.Connection[Any]) -> dict[str, int]:
         """
         select j.status, count(*)
           from demo.orders o
-          join pyjobq.job j on j.job_id in (o.search_job, o.outbox_job)
+          join pyjobq.job_all j on j.job_id in (o.search_job, o.outbox_job)
          group by j.status
         """
     ).fetchall()
@@ -397,7 +397,7 @@ def kill_a_worker_mid_job(
     left = "select 1 where not exists (select from pg_stat_activity where application_name = %s)"
     _poll(conn, left, (app_name,), f"the killed worker's sessions ({app_name}) to end")
     rows = conn.execute(
-        "select job_id, attempts, worker_id from pyjobq.job where status = 2"
+        "select job_id, attempts, worker_id from pyjobq.job_all where status = 2"
     ).fetchall()
     held = [(job_id, attempt) for job_id, attempt, worker in rows
             if int(worker.split(":")[-2]) == victim.pid]  # fmt: skip
@@ -427,7 +427,7 @@ def schedule_ran(conn: psycopg.Connection[Any]) -> bool:
     return bool(
         one_value(
             conn,
-            "select s.fired > 0 and not exists (select from pyjobq.job j"
+            "select s.fired > 0 and not exists (select from pyjobq.job_all j"
             " where j.payload = '{\"order_id\": 0}' and j.status in (1, 2))"
             " from pyjobq.job_schedules() s where s.name = %s",
             (SCHEDULE,),
@@ -473,7 +473,7 @@ def _summarise(
 
     tally = status_tally(conn)
     jobs_of_demo = """
-        from demo.orders o join pyjobq.job j on j.job_id in (o.search_job, o.outbox_job)
+        from demo.orders o join pyjobq.job_all j on j.job_id in (o.search_job, o.outbox_job)
     """
     expected_dead = sum(is_poison_search(i) for i in range(1, orders + 1)) + sum(
         is_rejected_outbox(i) for i in range(1, orders + 1)
@@ -504,11 +504,12 @@ def _summarise(
     )
     rolled_back = one_value(conn, "select count(*) from demo.orders where order_id >= 10000000")
     rolled_back_jobs = one_value(
-        conn, "select count(*) from pyjobq.job where (payload->>'order_id')::bigint >= 10000000"
+        conn, "select count(*) from pyjobq.job_all where (payload->>'order_id')::bigint >= 10000000"
     )
     fired, fired_done = conn.execute(
-        "select s.fired, (select count(*) from pyjobq.job j where j.payload = '{\"order_id\": 0}'"
-        " and j.status = 3) from pyjobq.job_schedules() s where s.name = %s",
+        "select s.fired, (select count(*) from pyjobq.job_all j"
+        " where j.payload = '{\"order_id\": 0}' and j.status = 3)"
+        " from pyjobq.job_schedules() s where s.name = %s",
         (SCHEDULE,),
     ).fetchone() or (0, 0)
     most_at_once = most_at_once_per_customer(conn)
@@ -544,7 +545,7 @@ def _summarise(
             """
             select count(*)
               from unnest(%s::uuid[], %s::int[]) as h(job_id, attempt)
-              join pyjobq.job j on j.job_id = h.job_id
+              join pyjobq.job_all j on j.job_id = h.job_id
              where j.status = 4 or (j.status = 3 and j.attempts > h.attempt)
             """,
             (killed.job_ids, killed.attempts),

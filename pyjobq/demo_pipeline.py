@@ -68,7 +68,7 @@ def pipeline_checks(
     parts = [d for d in q.dependencies(pipeline.merge_id) if d.relation == "parent"]
     part_jobs = [q.get(p.job_id) for p in parts]
     callbacks = conn.execute(
-        "select count(*) from pyjobq.job where payload @> %s::jsonb",
+        "select count(*) from pyjobq.job_all where payload @> %s::jsonb",
         ('{"event": "pipeline done"}',),
     ).fetchone()
     after = (

@@ -135,7 +135,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 26
+  select 27
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -228,7 +228,7 @@ create table pyjobq.job (
   has_dependants boolean not null default false,
   batch_id uuid,
   constraint job_pkey primary key (job_id),
-  constraint job_status_valid check (status between 1 and 6),
+  constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
   constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
@@ -239,8 +239,8 @@ create table pyjobq.job (
 );
 
 comment on table pyjobq.job is
-  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
-  '5 CANCELLED, 6 WAITING (for parent jobs).';
+  'One row per job yet to end: status 1 PENDING, 2 RUNNING or 6 WAITING (for parent jobs). Its end (3 DONE, '
+  '4 DEAD, 5 CANCELLED) moves the row to job_history. Written only by the pyjobq functions.';
 comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
@@ -301,14 +301,6 @@ create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status
 -- planner would otherwise read this whole index for each of them.
 create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
 
--- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
--- DONE history. Jobs end so rarely, so the index costs the drain nothing.
-create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where status in (4, 5);
-
--- job_counts: the share of each (job_type, status) pair in the sample of the
--- last ANALYZE, from which it estimates the DONE jobs without reading them.
-create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
-
 -- The active-duplicate guard: a key is this key for this job type, so the
 -- producers of one type can neither see nor take another type's keys (per-type
 -- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
@@ -333,14 +325,9 @@ create index job_fair_idx on pyjobq.job (priority, fair_rank, seq)
 create index job_fair_key_idx on pyjobq.job (job_type, priority, (coalesce(concurrency_key, '')), fair_rank)
   where status = 1 and fair_rank is not null;
 
--- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
--- key, by when they ended. Only keyed jobs enter it, when they end.
-create index job_dedupe_ended_idx on pyjobq.job (job_type, dedupe_key, updated_at)
-  where status in (3, 4, 5) and dedupe_key is not null;
-
--- Every transition rewrites the row (the partial indexes make it non-HOT), so
--- a queue churns through dead tuples at its own pace, not in proportion to
--- its size: vacuum and analyze on absolute thresholds. And each page keeps
+-- Every transition rewrites the row (the partial indexes make it non-HOT),
+-- and every end deletes it, so the table churns through dead tuples at the
+-- queue's pace, not in proportion to its size: vacuum and analyze on absolute thresholds. And each page keeps
 -- 30 % free for the new versions of its own rows: an update that must move
 -- its row to another page writes a row-lock record and the whole new row,
 -- where one within the page writes neither the lock nor what the two
@@ -403,6 +390,70 @@ comment on table pyjobq.job_batch is
 
 -- job_list(p_batch_id): a batch's members. Only members enter it.
 create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
+
+-- History: the jobs that ended (DONE, DEAD, CANCELLED), in partitions by the
+-- day they ended, so that retention drops a day's partition (job_prune)
+-- instead of deleting its rows one by one and leaving them for vacuum. A
+-- job's end deletes its row from pyjobq.job and inserts it here in the same
+-- transaction, so every snapshot sees the job in exactly one of the two;
+-- job_redrive moves it back. The rows of a day without its partition (not
+-- yet created by job_history_maintain) go to job_history_default.
+create table pyjobq.job_history (like pyjobq.job)
+  partition by range (updated_at);
+
+alter table pyjobq.job_history add constraint job_history_ended check (status between 3 and 5);
+
+comment on table pyjobq.job_history is
+  'The jobs that ended: status 3 DONE, 4 DEAD or 5 CANCELLED, updated_at when. Partitioned by the day they '
+  'ended (job_history_maintain creates the partitions, job_prune drops them); written only by the pyjobq functions.';
+
+create table pyjobq.job_history_default partition of pyjobq.job_history default;
+
+comment on table pyjobq.job_history_default is
+  'The jobs that ended on a day that had no partition of job_history yet; job_history_maintain moves them '
+  'into the day''s partition when it makes it.';
+
+-- job_get, job_list, the parents of a child: a job by its id (time-ordered,
+-- so a day's inserts land at the right edge).
+create index job_history_id_idx on pyjobq.job_history (job_id);
+
+-- job_prune: what ended before a time, within the partitions it cannot drop
+-- whole. Rows arrive in about that order, so a BRIN summary does it for
+-- almost no write.
+create index job_history_ended_idx on pyjobq.job_history using brin (updated_at);
+
+-- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
+-- DONE history. Jobs die so rarely, so the index costs the drain nothing.
+create index job_dead_cancelled_idx on pyjobq.job_history (job_type, status) where status in (4, 5);
+
+-- job_counts: the share of each (job_type, status) pair in the sample of the
+-- last ANALYZE of the history, from which it estimates the DONE jobs without
+-- reading them (autovacuum never analyzes a partitioned table: job_history_maintain does).
+create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job_history;
+
+-- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
+-- key, by when they ended. Only keyed jobs enter it.
+create index job_dedupe_ended_idx on pyjobq.job_history (job_type, dedupe_key, updated_at)
+  where dedupe_key is not null;
+
+-- job_list(p_batch_id) and job_prune: a batch's members that ended.
+create index job_history_batch_idx on pyjobq.job_history (batch_id) where batch_id is not null;
+
+-- job_prune: the jobs of a day that are in a graph, whose edges go with them
+-- and which stay while a dependant has yet to end. Only they enter it.
+create index job_history_graph_idx on pyjobq.job_history (job_id)
+  where has_dependants or waiting_on is not null;
+
+-- Every job, live or ended: what the inspection functions read, and what a
+-- person reads with psql.
+create view pyjobq.job_all as
+  select * from pyjobq.job
+  union all
+  select * from pyjobq.job_history;
+
+comment on view pyjobq.job_all is
+  'Every job: pyjobq.job (PENDING, RUNNING, WAITING) and job_history (DONE, DEAD, CANCELLED); a job is in '
+  'exactly one of them in any snapshot.';
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the

@@ -293,7 +293,7 @@ begin
   select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token,
          j.run_started_at + make_interval(secs => t.timeout_seconds)
     into v_status, v_worker, v_attempts, v_job_type, v_token, v_deadline
-    from pyjobq.job j
+    from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
   if found then

@@ -71,10 +71,9 @@ stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select e.job_id
-    from pyjobq.job e
+    from pyjobq.job_history e
    where e.job_type = p_job_type
      and e.dedupe_key = p_dedupe_key
-     and e.status in (3, 4, 5)
      and e.updated_at >= p_now - p_window
    order by e.updated_at desc
    limit 1
@@ -82,62 +81,6 @@ $$;
 
 comment on function pyjobq._ended_within(int, text, interval, timestamptz) is
   'The job of type p_job_type and key p_dedupe_key that ended last, if it ended within p_window before p_now.';
-
--- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
--- the turn of a key's job one after its key's last pending job, so a key's
--- jobs take every turn from there on, one each, and a key with 100,000 jobs
--- waiting holds one turn in each, not the next 100,000. A key with none
--- waiting starts at the first due turn of the priority (never behind the
--- queue's head, nor before it), so a key's past does not count for or against
--- it. Turns are shared by all fair-share types, so the turns of two such types
--- interleave as their keys' do. Two enqueues of a key at once may take the
--- same turn: seq orders them, and nothing but the order depends on it.
-create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
-returns bigint[]
-language plpgsql
-stable
-set search_path = pg_catalog, pyjobq, pg_temp
-set enable_sort = off
-as $$
-declare
-  v_head bigint;
-begin
-  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
-    return null;
-  end if;
-  select h.fair_rank into v_head
-    from pyjobq.job h
-   where h.status = 1
-     and h.fair_rank is not null
-     and h.priority = p_priority
-     and h.run_after <= p_now
-   order by h.fair_rank
-   limit 1;
-  return (
-    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
-      from (select k.i, coalesce(k.key, '') as key,
-                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
-              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
-      join (select d.key,
-                   (select r.fair_rank
-                      from pyjobq.job r
-                     where r.status = 1
-                       and r.fair_rank is not null
-                       and r.job_type = p_job_type
-                       and r.priority = p_priority
-                       and coalesce(r.concurrency_key, '') = d.key
-                     order by r.fair_rank desc
-                     limit 1) as tail
-              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
-                    union
-                    select '' where p_keys is null) d) g
-        on g.key = u.key);
-end;
-$$;
-
-comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
-  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
-  'keys p_keys (null: none), in input order; null when the type has no fair share.';
 
 -- The active job (PENDING, RUNNING or WAITING) of a type that holds a dedupe
 -- key: the one an enqueue with that key returns instead of a new job.
@@ -224,18 +167,32 @@ begin
   end if;
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
+    -- The row in the tables' column order; born CANCELLED, it is history at once.
+    with new_job as (
+      select v_new_id as job_id, p_job_type::smallint as job_type, v_status as status,
+             p_priority::smallint as priority, p_payload as payload, null::jsonb as result,
+             p_dedupe_key::varchar(200) as dedupe_key, 0::smallint as attempts,
+             p_max_attempts::smallint as max_attempts, p_run_after as run_after, null::timestamptz as lease_until,
+             null::varchar(80) as worker_id, null::timestamptz as run_started_at,
+             case when v_status = 5 then v_failure end as last_error, p_now as created_at, p_now as updated_at,
+             v_seq as seq, 0::smallint as attempts_refunded, false as notify_done, null::uuid as lease_token,
+             p_concurrency_key::varchar(200) as concurrency_key,
+             (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1] as fair_rank,
+             p_metadata as metadata, v_waiting as waiting_on,
+             case when p_parents is not null then p_run_on_parent_failure end as run_on_parent_failure,
+             false as has_dependants, p_batch_id as batch_id
+    ), born_ended as (
+      insert into pyjobq.job_history
+      select n.* from new_job n where n.status = 5
+    )
     insert into pyjobq.job as j
-      (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id)
-    values
-      (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
-       p_now, p_concurrency_key,
-       (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
-       p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
-       case when v_status = 5 then v_failure end, p_batch_id)
+    select n.* from new_job n where n.status <> 5
     on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
-    if v_id is not null and p_unique_for is not null then
+    if v_status = 5 then
+      v_id := v_new_id;
+    end if;
+    if v_id is not null and p_unique_for is not null and v_status <> 5 then
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
       if v_ended is not null then
         delete from pyjobq.job d where d.job_id = v_id;

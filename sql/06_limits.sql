@@ -4,7 +4,8 @@
 -- period, in all and per concurrency key (a customer, a tenant, an account:
 -- job_enqueue's p_concurrency_key), or fair share across its keys;
 -- job_claim keeps them through _claim_limited (07_limited_claim.sql), with the
--- rate windows' helpers here.
+-- rate windows' helpers here; the enqueue gives fair-share jobs their turns
+-- (_fair_ranks, at the end).
 
 create function pyjobq.job_type_set_limits(
   p_job_type int,
@@ -212,3 +213,59 @@ $$;
 comment on function pyjobq.job_type_limits() is
   'The job types with a concurrency or rate limit or fair share, and their limits (null: none); next_claim_at '
   'is when the type''s rate limit next lets a claim take one of its jobs, null when it does now.';
+
+-- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
+-- the turn of a key's job one after its key's last pending job, so a key's
+-- jobs take every turn from there on, one each, and a key with 100,000 jobs
+-- waiting holds one turn in each, not the next 100,000. A key with none
+-- waiting starts at the first due turn of the priority (never behind the
+-- queue's head, nor before it), so a key's past does not count for or against
+-- it. Turns are shared by all fair-share types, so the turns of two such types
+-- interleave as their keys' do. Two enqueues of a key at once may take the
+-- same turn: seq orders them, and nothing but the order depends on it.
+create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
+returns bigint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+as $$
+declare
+  v_head bigint;
+begin
+  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
+    return null;
+  end if;
+  select h.fair_rank into v_head
+    from pyjobq.job h
+   where h.status = 1
+     and h.fair_rank is not null
+     and h.priority = p_priority
+     and h.run_after <= p_now
+   order by h.fair_rank
+   limit 1;
+  return (
+    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
+      from (select k.i, coalesce(k.key, '') as key,
+                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
+              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
+      join (select d.key,
+                   (select r.fair_rank
+                      from pyjobq.job r
+                     where r.status = 1
+                       and r.fair_rank is not null
+                       and r.job_type = p_job_type
+                       and r.priority = p_priority
+                       and coalesce(r.concurrency_key, '') = d.key
+                     order by r.fair_rank desc
+                     limit 1) as tail
+              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
+                    union
+                    select '' where p_keys is null) d) g
+        on g.key = u.key);
+end;
+$$;
+
+comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
+  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
+  'keys p_keys (null: none), in input order; null when the type has no fair share.';

@@ -17,29 +17,25 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
-  v_job_type smallint;
-  v_followed boolean;
+  v_row pyjobq.job;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
   perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
-  update pyjobq.job j
-     set status = 3,
-         result = p_result,
-         lease_until = null,
-         updated_at = v_now
+  delete from pyjobq.job j
    where j.job_id = p_job_id
      and j.status = 2
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.job_type, j.has_dependants or j.batch_id is not null into v_job_type, v_followed;
+  returning j.* into v_row;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
-  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
-  if v_followed then
+  perform pyjobq._to_history(array[v_row], 3::smallint, v_now, array[p_result]);
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_row.job_type], array[3::smallint]);
+  if v_row.has_dependants or v_row.batch_id is not null then
     perform pyjobq._ended(array[p_job_id], v_now);
   end if;
 end;
@@ -102,23 +98,22 @@ begin
       from input i
      order by i.id, i.attempt, i.ord
   ), done as (
-    update pyjobq.job j
-       set status = 3,
-           result = f.result,
-           lease_until = null,
-           updated_at = v_now
-      from first_mention f
+    delete from pyjobq.job j
+     using first_mention f
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts, j.job_type, j.has_dependants or j.batch_id is not null as followed
+    returning j as ended, f.result, j.job_id, j.attempts, j.job_type,
+              j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     -- One row (an aggregate), so the cross join below records the batch once,
-    -- and follows up the ends of parents and batch members together (none: no call).
-    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
+    -- and follows up the ends of parents and batch members together (none: no
+    -- call), after the rows are in the history, where the follow-up reads them.
+    select pyjobq._to_history(array_agg(d.ended), 3::smallint, v_now, array_agg(d.result)),
+           pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
            case when bool_or(d.followed)
                 then pyjobq._ended(array_agg(d.job_id) filter (where d.followed), v_now) end
       from done d
@@ -127,7 +122,7 @@ begin
   -- was lost) counts as completed: the result stored then stays.
   select i.id,
          case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
-              else exists (select from pyjobq.job k
+              else exists (select from pyjobq.job_history k
                             where k.job_id = i.id
                               and k.job_type <> all (v_denied)
                               and k.status = 3
@@ -169,7 +164,7 @@ declare
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
   v_job_type int;
-  v_followed boolean;
+  v_ended pyjobq.job[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -184,27 +179,48 @@ begin
     v_delay := make_interval(secs => p_retry_delay_seconds);
   end if;
 
-  update pyjobq.job j
-     set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
-         run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now) end,
-         worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
-         lease_until = null,
-         last_error = left(p_error, 10000),
-         updated_at = v_now
-   where j.job_id = p_job_id
-     and j.status = 2
-     and j.worker_id = p_worker_id
-     and j.job_type <> all (v_denied)
-     and j.attempts = p_attempt
-     and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.status::int, j.run_after, j.job_type, j.has_dependants or j.batch_id is not null
-       into status, run_after, v_job_type, v_followed;
-  if not found then
+  -- The attempt, if the caller holds it, in one statement: with tries left,
+  -- PENDING again after the backoff; else DEAD, its row into the history.
+  with held as materialized (
+    select j.job_id,
+           v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 as dies
+      from pyjobq.job j
+     where j.job_id = p_job_id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
+       and j.attempts = p_attempt
+       and (j.lease_token = p_lease_token or p_lease_token is null)
+       for update
+  ), retried as (
+    update pyjobq.job j
+       set status = 1,
+           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now),
+           worker_id = null,
+           lease_until = null,
+           last_error = left(p_error, 10000),
+           updated_at = v_now
+      from held h
+     where j.job_id = h.job_id
+       and not h.dies
+    returning j.status::int, j.run_after, j.job_type::int, null::pyjobq.job[] as ended
+  ), died as (
+    delete from pyjobq.job j
+     using held h
+     where j.job_id = h.job_id
+       and h.dies
+    returning 4, j.run_after, j.job_type::int, array[j] as ended
+  )
+  select x.* into status, run_after, v_job_type, v_ended
+    from (select * from retried union all select * from died) x;
+  if status is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  if status = 4 then
+    perform pyjobq._to_history(v_ended, 4::smallint, v_now, null, array[left(p_error, 10000)]);
+  end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
-  if status = 4 and v_followed then
+  if status = 4 and ((v_ended[1]).has_dependants or (v_ended[1]).batch_id is not null) then
     perform pyjobq._ended(array[p_job_id], v_now);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
@@ -284,7 +300,7 @@ begin
   )
   select i.id, r.job_id is not null, r.lease_until,
          -- cancelled while this holder had it: stop the handler
-         r.job_id is null and exists (select from pyjobq.job k
+         r.job_id is null and exists (select from pyjobq.job_history k
                                        where k.job_id = i.id
                                          and k.job_type <> all (v_denied)
                                          and k.status = 5
@@ -377,37 +393,48 @@ begin
     with input as (
       select u.id, u.attempt, u.token, u.ord
         from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
-    ), given_back as (
-      update pyjobq.job j
-         -- The try is given back; the claim counter, the fencing token, is not.
-         -- A job whose counter is spent can never be claimed again: DEAD.
-         set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                           then 4 else 1 end,
-             -- Back at its old place in the queue, before claim fronts.
-             run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                              then j.run_after else pyjobq._pending_from(j.run_after, v_now, false) end,
-             attempts_refunded = j.attempts_refunded + 1,
-             worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                              then j.worker_id end,
-             last_error = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                               then 'released with its claim counter spent (32767 claims)' else j.last_error end,
-             lease_until = null,
-             updated_at = v_now
+    ), held as materialized (
+      -- The attempts the caller holds, locked. The try is given back; the claim
+      -- counter, the fencing token, is not: a job whose counter is spent can
+      -- never be claimed again, and is DEAD.
+      select j.job_id, j.attempts as attempt,
+             pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0 as spent
         from (select distinct i.id, i.attempt, i.token from input i) f
-       where j.job_id = f.id
-         and j.status = 2
+        join pyjobq.job j on j.job_id = f.id
+       where j.status = 2
          and j.worker_id = p_worker_id
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
          and (j.lease_token = f.token or f.token is null)
-      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants or j.batch_id is not null as followed
+         for update of j
+    ), given_back as (
+      update pyjobq.job j
+         set status = 1,
+             -- Back at its old place in the queue, before claim fronts.
+             run_after = pyjobq._pending_from(j.run_after, v_now, false),
+             attempts_refunded = j.attempts_refunded + 1,
+             worker_id = null,
+             lease_until = null,
+             updated_at = v_now
+        from held h
+       where j.job_id = h.job_id
+         and not h.spent
+      returning j.job_id
+    ), spent as (
+      delete from pyjobq.job j
+       using held h
+       where j.job_id = h.job_id
+         and h.spent
+      returning j as ended, j.job_id, j.has_dependants or j.batch_id is not null as followed
     ), resolved as (
       -- A job released DEAD ends: its end is followed up (one row, one call).
-      select case when bool_or(g.status = 4 and g.followed)
-                  then pyjobq._ended(array_agg(g.job_id) filter (where g.status = 4 and g.followed), v_now) end
-        from given_back g
+      select pyjobq._to_history(array_agg(g.ended), 4::smallint, v_now, null,
+                                array_agg('released with its claim counter spent (32767 claims)'::text)),
+             case when bool_or(g.followed)
+                  then pyjobq._ended(array_agg(g.job_id) filter (where g.followed), v_now) end
+        from spent g
     )
-    select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
+    select i.id, (i.id, i.attempt) in (select h.job_id, h.attempt from held h)
       from input i
      cross join resolved
      order by i.ord;
@@ -466,6 +493,14 @@ declare
   v_limit int := coalesce(p_limit, 1000);
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The history's partitions for today and tomorrow (one catalog lookup
+  -- when they exist), first, while this call holds no row: a maintainer that
+  -- cannot have its locks at once leaves them to the next reap.
+  begin
+    perform pyjobq.job_history_maintain();
+  exception when lock_not_available then
+    null;
+  end;
   -- The expiry test is repeated in the UPDATE: a row that a completer or a
   -- renewer changed after this statement's snapshot is re-checked on its
   -- newest version, so a reaper never overwrites a finished or renewed job.
@@ -479,29 +514,43 @@ begin
      limit v_limit
        for update skip locked
   ),
-  reaped as (
+  retried as (
     update pyjobq.job j
-       set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
-                         then 4 else 1 end,
-           run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
-                            then j.run_after
-                            else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now) end,
-           -- Cleared even for DEAD: the worker that lost the lease gets JQ001
-           -- (lease_lost), never JQ003, which means "your attempt finished it".
+       set status = 1,
+           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now),
            worker_id = null,
-           last_error = format('lease expired: worker %s did not finish attempt %s',
-                               j.worker_id, j.attempts),
+           last_error = format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts),
            lease_until = null,
            updated_at = v_now
       from picked p
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants or j.batch_id is not null as followed
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) > 0
+    returning j.job_id, j.job_type, j.status, j.run_after
+  ), died as (
+    -- The worker is cleared even for DEAD: the worker that lost the lease gets
+    -- JQ001 (lease_lost), never JQ003, which means "your attempt finished it".
+    delete from pyjobq.job j
+     using picked p
+     where j.job_id = p.job_id
+       and j.status = 2
+       and j.lease_until < v_now
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after,
+              format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts) as error,
+              j.has_dependants or j.batch_id is not null as followed
+  ), reaped as (
+    select r.job_id, r.job_type, r.status, r.run_after from retried r
+    union all
+    select d.job_id, d.job_type, d.status, d.run_after from died d
   ), counted as (
-    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
-           case when bool_or(r.status = 4 and r.followed)
-                then pyjobq._ended(array_agg(r.job_id) filter (where r.status = 4 and r.followed), v_now) end
+    select pyjobq._to_history((select array_agg(d.ended) from died d), 4::smallint, v_now, null,
+                              (select array_agg(d.error) from died d), null, true),
+           pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
+           (select case when count(*) > 0 then pyjobq._ended(array_agg(d.job_id), v_now) end
+              from died d
+             where d.followed)
       from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
@@ -519,4 +568,5 @@ comment on function pyjobq.job_reap(int) is
   'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
   'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
   'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
-  'hours.';
+  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
+  '(job_history_maintain).';

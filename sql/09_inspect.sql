@@ -51,7 +51,7 @@ as $$
     select t.job_type, e.status,
            (select count(*)
               from (select 1
-                      from pyjobq.job j
+                      from pyjobq.job_history j
                      where j.status in (4, 5)  -- the index's predicate, for the planner
                        and j.job_type = t.job_type
                        and j.status = e.status
@@ -59,20 +59,23 @@ as $$
       from pyjobq.job_type t
      cross join (values (4), (5)) as e(status)
   ), size as (
-    -- The rows now: rows per page at the last ANALYZE times the pages now, or,
-    -- before the first ANALYZE, the server's count of live rows.
-    select pg_relation_size(c.oid) <= 1048576 as small,
-           pg_relation_size(c.oid) / current_setting('block_size')::int as pages,
-           case when c.reltuples >= 0 and c.relpages > 0
-                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                else pg_stat_get_live_tuples(c.oid)
-           end as rows
-      from pg_class c
-     where c.oid = 'pyjobq.job'::regclass
+    -- The history's rows now, partition by partition: rows per page at the
+    -- partition's last ANALYZE times its pages now, or, before its first
+    -- ANALYZE, the server's count of its live rows.
+    select coalesce(sum(p.bytes), 0) <= 1048576 as small,
+           coalesce(sum(p.bytes), 0) / current_setting('block_size')::int as pages,
+           coalesce(sum(case when c.reltuples >= 0 and c.relpages > 0
+                             then c.reltuples / c.relpages * (p.bytes / current_setting('block_size')::int)
+                             else pg_stat_get_live_tuples(c.oid)
+                        end), 0) as rows
+      from pg_partition_tree('pyjobq.job_history') t
+      join pg_class c on c.oid = t.relid
+     cross join lateral (select pg_relation_size(c.oid) as bytes) p
+     where t.isleaf
   ), done_counted as (
     -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
     select j.job_type, count(*) as jobs
-      from pyjobq.job j
+      from pyjobq.job_history j
      where j.status = 3
        and (select z.small from size z)
      group by j.job_type
@@ -91,7 +94,7 @@ as $$
     -- Larger and never analyzed: about 32 of its pages, the same ones at every
     -- call while it does not grow. The condition is checked before the scan.
     select j.job_type, j.status
-      from pyjobq.job j
+      from pyjobq.job_history j
            tablesample system ((select least(100, 100.0 * 32 / greatest(z.pages, 1)) from size z)) repeatable (0)
      where not (select z.small from size z)
        and not exists (select from stats)
@@ -103,12 +106,11 @@ as $$
      where m.status = 3
      group by m.job_type
   ), known as (
-    -- Rows counted exactly now whose (type, status) has no share.
+    -- History rows counted exactly now whose (type, status) has no share.
     select coalesce(sum(k.jobs), 0) as jobs
-      from (select c.job_type, c.status, c.jobs from exact_counts c
-            union all
-            select e.job_type, e.status, e.jobs from ended_counts e where e.jobs <= 10000) as k
-     where not exists (select from shares h where (h.job_type, h.status) = (k.job_type, k.status))
+      from ended_counts k
+     where k.jobs <= 10000
+       and not exists (select from shares h where (h.job_type, h.status) = (k.job_type, k.status))
   ), estimated as (
     -- Not small: a share times the rows now. A type whose DONE jobs have no
     -- share (too few to be in the sample) gets, split with the others without
@@ -159,8 +161,8 @@ comment on function pyjobq.job_counts() is
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
   'PENDING, RUNNING and WAITING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
   'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
-  'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (before '
-  'the first, from about 32 pages of the table), and exact is false.';
+  'while the history is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE of '
+  'job_history (before the first, from about 32 pages of it), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (
@@ -198,7 +200,7 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
@@ -207,7 +209,7 @@ begin
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
          j.waiting_on, j.batch_id
-    from pyjobq.job j
+    from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
 end;
@@ -311,7 +313,7 @@ begin
   return query
   with matching as not materialized (
     select j.job_id, j.status, j.lease_until, j.batch_id
-      from pyjobq.job j
+      from pyjobq.job_all j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
        and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
@@ -324,7 +326,8 @@ begin
     -- member of the batch, through job_batch_idx.
     select m.job_id from matching m where p_batch_id is null and p_status = 1 and m.status = 1
     union all
-    select m.job_id from matching m where p_batch_id is null and p_status = 2 and m.lease_until is not null
+    select m.job_id from matching m
+     where p_batch_id is null and p_status = 2 and m.status = 2 and m.lease_until is not null
     union all
     select m.job_id from matching m where p_batch_id is null and p_status = 6 and m.status = 6
     union all
@@ -362,7 +365,7 @@ begin
          j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
          j.worker_id::text, j.last_error, j.created_at, j.updated_at
     from page p
-    join pyjobq.job j on j.job_id = p.job_id
+    join pyjobq.job_all j on j.job_id = p.job_id
     join pyjobq.job_type t on t.job_type = j.job_type
    order by case when v_oldest then j.job_id end, case when not v_oldest then j.job_id end desc;
 end;
@@ -392,12 +395,14 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_cancelled uuid[];
+  v_running uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   -- Cancelling is the producers' side of a type: its enqueue privilege.
   perform pyjobq._check_privilege('enqueue', array(select distinct j.job_type::int
-                                                      from pyjobq.job j
+                                                      from pyjobq.job_all j
                                                      where j.job_id = any (p_job_ids)));
   -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
   -- its worker id on the row but holds nothing any more, so its every later
@@ -415,44 +420,43 @@ begin
    order by k.job_id
      for no key update;
   perform pyjobq._lock_reach(p_job_ids, true);
-  return query
-  with input as (
-    select u.id, u.ord
-      from unnest(p_job_ids) with ordinality as u(id, ord)
-  ), locked as materialized (
+  with locked as materialized (
     select k.job_id, k.status
       from pyjobq.job k
-     where k.job_id in (select i.id from input i)
+     where k.job_id = any (p_job_ids)
      order by k.status = 6, k.job_id
        for no key update
   ), cancelled as (
-    update pyjobq.job j
-       set status = 5,
-           lease_until = null,
-           last_error = coalesce(j.last_error, 'cancelled'),
-           updated_at = v_now
-      from locked l
+    delete from pyjobq.job j
+     using locked l
      where j.job_id = l.job_id
-       and l.status in (1, 2, 6)
-    returning j.job_id, j.has_dependants or j.batch_id is not null as followed
-  ), audited as (
-    -- One row (an aggregate), so the cross join below writes one line, and
-    -- the ends of the cancelled jobs are followed up once, together.
-    select pyjobq._audit('cancel', count(*),
+    returning j as ended, j.job_id, j.status, coalesce(j.last_error, 'cancelled') as error,
+              j.has_dependants or j.batch_id is not null as followed
+  ), ended as (
+    -- One row (an aggregate): the rows go to the history, one line is written
+    -- to the audit log, and the ends of the cancelled jobs are followed up
+    -- once, together, after the history has them.
+    select pyjobq._to_history(array_agg(c.ended), 5::smallint, v_now, null, array_agg(c.error)),
+           pyjobq._audit('cancel', count(*),
                          jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now)
+           case when bool_or(c.followed)
+                then pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now) end,
+           coalesce(array_agg(c.job_id), '{}') as ids,
+           coalesce(array_agg(c.job_id) filter (where c.status = 2), '{}') as running
       from cancelled c
   )
-  select i.id,
-         case when l.job_id is null then 'not_found'
-              when l.status in (1, 6) then 'cancelled'
-              when l.status = 2 then 'cancelled_running'
-              else 'finished'
+  select e.ids, e.running into v_cancelled, v_running from ended e;
+  -- The others, as they are now (one that ended while this call waited for
+  -- its row is in the history by now).
+  return query
+  select u.id,
+         case when u.id = any (v_running) then 'cancelled_running'
+              when u.id = any (v_cancelled) then 'cancelled'
+              when exists (select from pyjobq.job_all j where j.job_id = u.id) then 'finished'
+              else 'not_found'
          end
-    from input i
-    left join locked l on l.job_id = i.id
-   cross join audited
-   order by i.ord;
+    from unnest(p_job_ids) with ordinality as u(id, ord)
+   order by u.ord;
 end;
 $$;
 
@@ -467,7 +471,8 @@ comment on function pyjobq.job_cancel(uuid[]) is
 -- Waiting for an outcome. A producer that wants to know when a job ends calls
 -- job_watch, LISTENs on pyjobq_done, and reads the job again when its id
 -- arrives. Only watched jobs are announced: the trigger's WHEN is checked as
--- the row is updated, and for every other job it is all the trigger costs.
+-- the ended row enters the history, and for every other job it is all the
+-- trigger costs.
 create function pyjobq._notify_done()
 returns trigger
 language plpgsql
@@ -483,9 +488,9 @@ comment on function pyjobq._notify_done() is
   'Trigger of job_done_notify: announces on pyjobq_done the id of a watched job that just ended.';
 
 create trigger job_done_notify
-  after update of status on pyjobq.job
+  after insert on pyjobq.job_history
   for each row
-  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2, 6))
+  when (new.notify_done)
   execute function pyjobq._notify_done();
 
 create function pyjobq.job_watch(p_job_ids uuid[])
@@ -504,7 +509,7 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_privilege('observe', array(select distinct j.job_type::int
-                                                      from pyjobq.job j
+                                                      from pyjobq.job_all j
                                                      where j.job_id = any (p_job_ids)));
   update pyjobq.job j
      set notify_done = true
@@ -517,7 +522,7 @@ begin
   select u.id, j.status::int,
          pyjobq._status_name(j.status)
     from unnest(p_job_ids) with ordinality as u(id, ord)
-    left join pyjobq.job j on j.job_id = u.id
+    left join pyjobq.job_all j on j.job_id = u.id
    order by u.ord;
 end;
 $$;

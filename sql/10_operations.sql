@@ -13,7 +13,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   with free as (
     select distinct on (d.job_type, coalesce(d.dedupe_key, d.job_id::text)) d.job_id
-      from pyjobq.job d
+      from pyjobq.job_history d
      where d.job_id = any (p_ids)
        and d.status in (4, 5)
        and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
@@ -26,24 +26,33 @@ as $$
      order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
   ),
   moved as (
-    update pyjobq.job j
-       set status = 1,
-           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
-           run_after = pyjobq._pending_from(p_now, p_now, false),  -- with its old seq
-           worker_id = null,
-           result = null,
-           updated_at = p_now
-      from free f
-     where j.job_id = f.job_id
-       and j.status in (4, 5)
-    returning j.job_id
+    delete from pyjobq.job_history h
+     using free f
+     where h.job_id = f.job_id
+       and h.status in (4, 5)
+    returning h.*
+  ),
+  back as (
+    -- PENDING again, due at p_now with its old seq, with a fresh budget (the
+    -- fencing token, attempts, goes on); its worker and result cleared.
+    insert into pyjobq.job
+      (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+       lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+       notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+       has_dependants, batch_id)
+    select m.job_id, m.job_type, 1, m.priority, m.payload, null, m.dedupe_key, m.attempts, m.max_attempts,
+           pyjobq._pending_from(p_now, p_now, false), null, null, m.run_started_at, m.last_error, m.created_at,
+           p_now, m.seq, m.attempts, m.notify_done, m.lease_token, m.concurrency_key, m.fair_rank, m.metadata,
+           m.waiting_on, m.run_on_parent_failure, m.has_dependants, m.batch_id
+      from moved m
+    returning job_id
   )
-  select coalesce(array_agg(m.job_id), '{}') from moved m
+  select coalesce(array_agg(b.job_id), '{}') from back b
 $$;
 
 comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
-  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
-  'returns their ids.';
+  'job_redrive''s move: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free from job_history back '
+  'to pyjobq.job, PENDING; returns their ids.';
 
 create function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
@@ -89,13 +98,13 @@ begin
          coalesce(array_agg(d.status order by d.updated_at, d.job_id), '{}')
     into v_picked, v_statuses
     from (select p.job_id, p.updated_at, p.status
-            from pyjobq.job p
+            from pyjobq.job_history p
            where p.job_id in (select c.job_id
                                 from (select e.job_id,
                                              row_number() over (
                                                partition by e.job_type, coalesce(e.dedupe_key, e.job_id::text)
                                                order by e.updated_at, e.job_id) as n
-                                        from pyjobq.job e
+                                        from pyjobq.job_history e
                                        where e.status in (4, 5)
                                          and (p_job_ids is null or e.job_id = any (p_job_ids))
                                          and (p_job_type is null or e.job_type = p_job_type)
@@ -147,72 +156,6 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   '(redrive them too: they run at once, without waiting for their parents again). Returns the ids it moved; '
   'a call that moved jobs writes '
   'a line to the audit log (job_audit) with the first 100 of their ids.';
-
-create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
-returns bigint
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 10000);
-  v_deleted bigint;
-begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
-    raise exception 'p_older_than must be an interval between 0 and 100 years'
-      using errcode = case when p_older_than is null then '22004' else '22023' end,
-            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
-            hint = 'e.g. ''7 days''.';
-  end if;
-  -- A parent stays while a dependant of it has yet to end: the dependant's
-  -- handler reads its result. The edges go with the jobs.
-  with doomed as (
-    select d.job_id
-      from pyjobq.job d
-     where d.status in (3, 4, 5)
-       and d.updated_at < v_now - p_older_than
-       and not (d.has_dependants
-                and exists (select from pyjobq.job_edge e
-                              join pyjobq.job c on c.job_id = e.child_id
-                             where e.parent_id = d.job_id
-                               and c.status in (1, 2, 6)))
-     limit v_limit
-       for update skip locked
-  ), deleted as (
-    delete from pyjobq.job j
-     using doomed d
-     where j.job_id = d.job_id
-    returning j.job_id, j.has_dependants, j.waiting_on is not null as has_parents
-  ), edges_out as (
-    delete from pyjobq.job_edge e using deleted x where x.has_dependants and e.parent_id = x.job_id
-  ), edges_in as (
-    delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
-  )
-  select count(*) into v_deleted from deleted;
-  -- A finished batch goes once its members have.
-  delete from pyjobq.job_batch b
-   where b.finished_at < v_now - p_older_than
-     and not exists (select from pyjobq.job j where j.batch_id = b.batch_id);
-  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
-  -- A rate window with no claim for longer than any period (a day at most)
-  -- counts nothing; an hour more leaves a claim that started before it alone.
-  delete from pyjobq.rate_window w
-   where w.claimed_at[cardinality(w.claimed_at)] < v_now - interval '25 hours';
-  return v_deleted;
-end;
-$$;
-
-comment on function pyjobq.job_prune(interval, int) is
-  'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
-  'p_older_than '
-  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, and the '
-  'batches finished as long ago whose jobs are all gone, '
-  'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
-  'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
-  'the audit log (job_audit).';
 
 -- Settings --------------------------------------------------------------------
 

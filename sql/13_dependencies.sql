@@ -57,6 +57,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_found int;
+  v_wanted int := (select count(distinct u.id) from unnest(p_parents) u(id));
   v_missing uuid;
 begin
   if cardinality(p_parents) > 100000 then
@@ -69,21 +70,37 @@ begin
       using errcode = '22004',
             hint = 'Name each parent by the job_id its enqueue returned.';
   end if;
-  with locked as materialized (
-    select p.job_id, p.job_type, p.status
-      from pyjobq.job p
-     where p.job_id = any (p_parents)
-     order by p.job_id
-       for no key update
-  )
-  select count(*), count(*) filter (where l.status in (1, 2, 6)),
-         min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
-    into v_found, waiting, failure
-    from locked l;
-  if v_found < (select count(distinct u.id) from unnest(p_parents) u(id)) then
+  -- Live parents, then ended ones. A parent that moves between the two while
+  -- this statement waits for its lock is in neither of its snapshot's: the
+  -- next statement, with a snapshot of its own, finds it where it went.
+  for v_try in 1 .. 3 loop
+    with live as materialized (
+      select p.job_id, p.status
+        from pyjobq.job p
+       where p.job_id = any (p_parents)
+       order by p.job_id
+         for no key update
+    ), ended as materialized (
+      select p.job_id, p.status
+        from pyjobq.job_history p
+       where p.job_id = any (p_parents)
+       order by p.job_id
+         for no key update
+    ), locked as (
+      select l.job_id, l.status from live l
+      union all
+      select e.job_id, e.status from ended e
+    )
+    select count(*), count(*) filter (where l.status in (1, 2, 6)),
+           min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
+      into v_found, waiting, failure
+      from locked l;
+    exit when v_found >= v_wanted;
+  end loop;
+  if v_found < v_wanted then
     select u.id into v_missing
       from unnest(p_parents) u(id)
-     where not exists (select from pyjobq.job p where p.job_id = u.id)
+     where not exists (select from pyjobq.job_all p where p.job_id = u.id)
      limit 1;
     raise exception 'parent job % not found', v_missing
       using errcode = 'JQ002',
@@ -91,7 +108,7 @@ begin
   end if;
   -- The child will see its parents' results: the caller must be allowed to see them.
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
-                                                      from pyjobq.job p
+                                                      from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
 end;
 $$;
@@ -210,7 +227,7 @@ begin
   select array_agg(j.status order by x.n)
     into v_status
     from unnest(v_parent) with ordinality x(id, n)
-    left join pyjobq.job j on j.job_id = x.id;
+    left join pyjobq.job_all j on j.job_id = x.id;
   v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
   for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
     v_c := v_child[v_e];
@@ -236,26 +253,32 @@ begin
   end loop;
   v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
 
+  -- The rows in the tables' column order; those born CANCELLED are history at once.
+  with new_job as (
+    select v_ids[i] as job_id, p_job_type::smallint as job_type,
+           (case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end)::smallint as status,
+           p_priority::smallint as priority, p_payloads[i] as payload, null::jsonb as result,
+           null::varchar(200) as dedupe_key, 0::smallint as attempts, p_max_attempts::smallint as max_attempts,
+           p_run_after as run_after, null::timestamptz as lease_until, null::varchar(80) as worker_id,
+           null::timestamptz as run_started_at, v_failure[i] as last_error, p_now as created_at,
+           p_now as updated_at, v_seqs[i] as seq, 0::smallint as attempts_refunded, false as notify_done,
+           null::uuid as lease_token, p_concurrency_keys[i]::varchar(200) as concurrency_key,
+           v_ranks[i] as fair_rank, p_metadata as metadata,
+           case when v_has_parents[i] then v_wait[i] end as waiting_on,
+           case when v_has_parents[i] then p_run_on_parent_failure end as run_on_parent_failure,
+           v_named[i] as has_dependants, p_batch_id as batch_id
+      from generate_series(1, v_count) i
+  ), born_ended as (
+    insert into pyjobq.job_history
+    select n.* from new_job n where n.status = 5
+  )
   insert into pyjobq.job
-    (job_id, seq, job_type, status, payload, priority, run_after, max_attempts, created_at, updated_at,
-     concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id, has_dependants)
-  select v_ids[i], v_seqs[i], p_job_type,
-         case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end,
-         p_payloads[i], p_priority, p_run_after, p_max_attempts, p_now, p_now,
-         p_concurrency_keys[i], v_ranks[i], p_metadata,
-         case when v_has_parents[i] then v_wait[i] end,
-         case when v_has_parents[i] then p_run_on_parent_failure end,
-         v_failure[i], p_batch_id, v_named[i]
-    from generate_series(1, v_count) i
-   order by i;
+  select n.* from new_job n where n.status <> 5 order by n.seq;
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
   select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]
     from generate_series(1, coalesce(cardinality(v_child), 0)) e;
   if cardinality(v_external) > 0 then
-    update pyjobq.job p
-       set has_dependants = true
-     where p.job_id = any (v_external)
-       and not p.has_dependants;
+    perform pyjobq._mark_parents(v_external);
   end if;
   if p_batch_id is not null then
     perform pyjobq._batch_add(p_batch_id, v_count);
@@ -276,6 +299,30 @@ comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, t
   'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
   'job_enqueue makes each. Returns every row, created.';
 
+-- The mark of parents named by a new child (has_dependants), live or ended:
+-- job_prune keeps an ended one while the child has yet to end, and deletes
+-- the edges with it.
+create function pyjobq._mark_parents(p_parents uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+  update pyjobq.job_history p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+end;
+$$;
+
+comment on function pyjobq._mark_parents(uuid[]) is
+  'Marks the jobs p_parents, live or ended, as having dependants (has_dependants).';
+
 -- The rows of job_edge for a new child of parents locked by _lock_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
@@ -289,13 +336,8 @@ begin
     from (select d.id, min(d.ord)::int as ord
             from unnest(p_parents) with ordinality d(id, ord)
            group by d.id) u
-    join pyjobq.job p on p.job_id = u.id;
-  -- Ended parents too: job_prune keeps them while the child has yet to end,
-  -- and deletes the edges with them.
-  update pyjobq.job p
-     set has_dependants = true
-   where p.job_id = any (p_parents)
-     and not p.has_dependants;
+    join pyjobq.job_all p on p.job_id = u.id;
+  perform pyjobq._mark_parents(p_parents);
 end;
 $$;
 
@@ -325,7 +367,7 @@ begin
    where j.job_id in (
            with recursive reach (job_id, root, cancels) as (
              select r.job_id, true, p_cancelling or r.status in (4, 5)
-               from pyjobq.job r
+               from pyjobq.job_all r
               where r.job_id = any (p_jobs)
              union
              select c.job_id, false, r.cancels and not c.run_on_parent_failure
@@ -367,18 +409,17 @@ declare
 begin
   -- A completion takes one generation, in id order (below); a failure may
   -- take several, so it takes them all first (_lock_reach).
-  if exists (select from pyjobq.job p where p.job_id = any (p_ended) and p.status <> 3) then
+  if exists (select from pyjobq.job_history p where p.job_id = any (p_ended) and p.status <> 3) then
     perform pyjobq._lock_reach(p_ended, false);
   end if;
   while cardinality(v_ended) > 0 loop
     with resolved as (
       update pyjobq.job_edge e
          set resolved = true
-        from pyjobq.job p
+        from pyjobq.job_history p
        where e.parent_id = any (v_ended)
          and not e.resolved
          and p.job_id = e.parent_id
-         and p.status in (3, 4, 5)
       returning e.child_id, e.parent_id, p.status
     ), per_child as (
       select r.child_id, count(*)::int as resolved,
@@ -387,10 +428,11 @@ begin
         from resolved r
        group by r.child_id
     ), locked as materialized (
-      -- Each child with what resolved for it, in one row: the update below
-      -- finds each child by its key, never by walking two lists against each
+      -- Each child with what resolved for it, in one row: the statements below
+      -- find each child by its key, never by walking two lists against each
       -- other (a parent of 10,000 children would make that quadratic).
-      select c.job_id, n.resolved, n.failure
+      select c.job_id, n.resolved, n.failure,
+             n.failure is not null and not c.run_on_parent_failure as cancels
         from pyjobq.job c
         join per_child n on n.child_id = c.job_id
        where c.status = 6
@@ -399,25 +441,34 @@ begin
     ), changed as (
       update pyjobq.job c
          set waiting_on = c.waiting_on - n.resolved,
-             status = case when n.failure is not null and not c.run_on_parent_failure then 5
-                           when c.waiting_on = n.resolved then 1
-                           else 6 end,
-             run_after = case when (n.failure is null or c.run_on_parent_failure) and c.waiting_on = n.resolved
+             status = case when c.waiting_on = n.resolved then 1 else 6 end,
+             run_after = case when c.waiting_on = n.resolved
                               then pyjobq._pending_from(greatest(c.run_after, p_now), p_now, false)
                               else c.run_after end,
-             last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
-                               else c.last_error end,
              updated_at = p_now
         from locked n
        where c.job_id = n.job_id
          and c.status = 6
-      returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
+         and not n.cancels
+      returning c.job_id, c.status, c.job_type
+    ), cancelled as (
+      -- A parent that ended DEAD or CANCELLED ends the child CANCELLED.
+      delete from pyjobq.job c
+       using locked n
+       where c.job_id = n.job_id
+         and c.status = 6
+         and n.cancels
+      returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
+    ), moved as (
+      select pyjobq._to_history(array_agg(x.ended), 5::smallint, p_now, null, array_agg(x.failure),
+                                array_agg(x.waiting)),
+             array_agg(x.job_id) filter (where x.has_dependants) as next,
+             array_agg(x.job_id) filter (where x.batch_id is not null) as members
+        from cancelled x
     )
-    select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
-           array_agg(ch.job_id) filter (where ch.status = 5 and ch.batch_id is not null),
-           array_agg(distinct ch.job_type) filter (where ch.status = 1)
+    select m.next, m.members, (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch)
       into v_ended, v_cancelled, v_types
-      from changed ch;
+      from moved m;
     v_members := v_members || v_cancelled;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
@@ -451,7 +502,7 @@ begin
                                               'status', pyjobq._status_name(p.status), 'result', p.result)
                            order by e.ord)
             from pyjobq.job_edge e
-            left join pyjobq.job p on p.job_id = e.parent_id
+            left join pyjobq.job_all p on p.job_id = e.parent_id
            where e.child_id = p_job_id);
 end;
 $$;
@@ -473,17 +524,17 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
   return query
   select 'parent', e.parent_id, p.job_type::int, p.status::int, pyjobq._status_name(p.status), e.resolved
     from pyjobq.job_edge e
-    left join pyjobq.job p on p.job_id = e.parent_id
+    left join pyjobq.job_all p on p.job_id = e.parent_id
    where e.child_id = p_job_id
    order by e.ord;
   return query
   select 'dependant', e.child_id, c.job_type::int, c.status::int, pyjobq._status_name(c.status), e.resolved
     from pyjobq.job_edge e
-    left join pyjobq.job c on c.job_id = e.child_id
+    left join pyjobq.job_all c on c.job_id = e.child_id
    where e.parent_id = p_job_id
    order by c.seq, e.child_id;
 end;

@@ -216,7 +216,7 @@ begin
   with members as (
     select j.batch_id, coalesce(u.left_as, j.status) as status
       from unnest(p_ids, p_left) u(id, left_as)
-      join pyjobq.job j on j.job_id = u.id
+      join pyjobq.job_all j on j.job_id = u.id
      where j.batch_id is not null
   ), locked as materialized (
     -- In id order: two calls counting members of the same batches cannot deadlock.

@@ -13,7 +13,8 @@
 --   12_activity.sql
 --   13_dependencies.sql
 --   14_batches.sql
---   15_roles.sql
+--   15_history.sql
+--   16_roles.sql
 
 -- pyjobq: a job queue that lives inside PostgreSQL.
 --
@@ -152,7 +153,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 26
+  select 27
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -245,7 +246,7 @@ create table pyjobq.job (
   has_dependants boolean not null default false,
   batch_id uuid,
   constraint job_pkey primary key (job_id),
-  constraint job_status_valid check (status between 1 and 6),
+  constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
   constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
   constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
@@ -256,8 +257,8 @@ create table pyjobq.job (
 );
 
 comment on table pyjobq.job is
-  'One row per job. Written only by the pyjobq functions; status 1 PENDING, 2 RUNNING, 3 DONE, 4 DEAD, '
-  '5 CANCELLED, 6 WAITING (for parent jobs).';
+  'One row per job yet to end: status 1 PENDING, 2 RUNNING or 6 WAITING (for parent jobs). Its end (3 DONE, '
+  '4 DEAD, 5 CANCELLED) moves the row to job_history. Written only by the pyjobq functions.';
 comment on column pyjobq.job.job_id is
   'Time-ordered for jobs added by job_enqueue and job_enqueue_many (pyjobq._new_job_ids); the default, '
   'gen_random_uuid(), only serves rows inserted directly.';
@@ -318,14 +319,6 @@ create index job_claim_idx on pyjobq.job (priority, run_after, seq) where status
 -- planner would otherwise read this whole index for each of them.
 create index job_lease_idx on pyjobq.job (lease_until) where lease_until is not null;
 
--- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
--- DONE history. Jobs end so rarely, so the index costs the drain nothing.
-create index job_dead_cancelled_idx on pyjobq.job (job_type, status) where status in (4, 5);
-
--- job_counts: the share of each (job_type, status) pair in the sample of the
--- last ANALYZE, from which it estimates the DONE jobs without reading them.
-create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job;
-
 -- The active-duplicate guard: a key is this key for this job type, so the
 -- producers of one type can neither see nor take another type's keys (per-type
 -- grants would mean nothing otherwise). DONE, DEAD and CANCELLED jobs free
@@ -350,14 +343,9 @@ create index job_fair_idx on pyjobq.job (priority, fair_rank, seq)
 create index job_fair_key_idx on pyjobq.job (job_type, priority, (coalesce(concurrency_key, '')), fair_rank)
   where status = 1 and fair_rank is not null;
 
--- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
--- key, by when they ended. Only keyed jobs enter it, when they end.
-create index job_dedupe_ended_idx on pyjobq.job (job_type, dedupe_key, updated_at)
-  where status in (3, 4, 5) and dedupe_key is not null;
-
--- Every transition rewrites the row (the partial indexes make it non-HOT), so
--- a queue churns through dead tuples at its own pace, not in proportion to
--- its size: vacuum and analyze on absolute thresholds. And each page keeps
+-- Every transition rewrites the row (the partial indexes make it non-HOT),
+-- and every end deletes it, so the table churns through dead tuples at the
+-- queue's pace, not in proportion to its size: vacuum and analyze on absolute thresholds. And each page keeps
 -- 30 % free for the new versions of its own rows: an update that must move
 -- its row to another page writes a row-lock record and the whole new row,
 -- where one within the page writes neither the lock nor what the two
@@ -420,6 +408,70 @@ comment on table pyjobq.job_batch is
 
 -- job_list(p_batch_id): a batch's members. Only members enter it.
 create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
+
+-- History: the jobs that ended (DONE, DEAD, CANCELLED), in partitions by the
+-- day they ended, so that retention drops a day's partition (job_prune)
+-- instead of deleting its rows one by one and leaving them for vacuum. A
+-- job's end deletes its row from pyjobq.job and inserts it here in the same
+-- transaction, so every snapshot sees the job in exactly one of the two;
+-- job_redrive moves it back. The rows of a day without its partition (not
+-- yet created by job_history_maintain) go to job_history_default.
+create table pyjobq.job_history (like pyjobq.job)
+  partition by range (updated_at);
+
+alter table pyjobq.job_history add constraint job_history_ended check (status between 3 and 5);
+
+comment on table pyjobq.job_history is
+  'The jobs that ended: status 3 DONE, 4 DEAD or 5 CANCELLED, updated_at when. Partitioned by the day they '
+  'ended (job_history_maintain creates the partitions, job_prune drops them); written only by the pyjobq functions.';
+
+create table pyjobq.job_history_default partition of pyjobq.job_history default;
+
+comment on table pyjobq.job_history_default is
+  'The jobs that ended on a day that had no partition of job_history yet; job_history_maintain moves them '
+  'into the day''s partition when it makes it.';
+
+-- job_get, job_list, the parents of a child: a job by its id (time-ordered,
+-- so a day's inserts land at the right edge).
+create index job_history_id_idx on pyjobq.job_history (job_id);
+
+-- job_prune: what ended before a time, within the partitions it cannot drop
+-- whole. Rows arrive in about that order, so a BRIN summary does it for
+-- almost no write.
+create index job_history_ended_idx on pyjobq.job_history using brin (updated_at);
+
+-- job_counts: the DEAD and CANCELLED jobs, exactly, without reading the
+-- DONE history. Jobs die so rarely, so the index costs the drain nothing.
+create index job_dead_cancelled_idx on pyjobq.job_history (job_type, status) where status in (4, 5);
+
+-- job_counts: the share of each (job_type, status) pair in the sample of the
+-- last ANALYZE of the history, from which it estimates the DONE jobs without
+-- reading them (autovacuum never analyzes a partitioned table: job_history_maintain does).
+create statistics pyjobq.job_type_status_stats (mcv) on job_type, status from pyjobq.job_history;
+
+-- Uniqueness over a window (job_enqueue's p_unique_for): the ended jobs with a
+-- key, by when they ended. Only keyed jobs enter it.
+create index job_dedupe_ended_idx on pyjobq.job_history (job_type, dedupe_key, updated_at)
+  where dedupe_key is not null;
+
+-- job_list(p_batch_id) and job_prune: a batch's members that ended.
+create index job_history_batch_idx on pyjobq.job_history (batch_id) where batch_id is not null;
+
+-- job_prune: the jobs of a day that are in a graph, whose edges go with them
+-- and which stay while a dependant has yet to end. Only they enter it.
+create index job_history_graph_idx on pyjobq.job_history (job_id)
+  where has_dependants or waiting_on is not null;
+
+-- Every job, live or ended: what the inspection functions read, and what a
+-- person reads with psql.
+create view pyjobq.job_all as
+  select * from pyjobq.job
+  union all
+  select * from pyjobq.job_history;
+
+comment on view pyjobq.job_all is
+  'Every job: pyjobq.job (PENDING, RUNNING, WAITING) and job_history (DONE, DEAD, CANCELLED); a job is in '
+  'exactly one of them in any snapshot.';
 
 -- Rate limits: the claims of the last period, per job type (concurrency_key
 -- '') and per concurrency key, each row written only by a claim holding the
@@ -747,7 +799,7 @@ begin
   select j.status, j.worker_id, j.attempts, j.job_type, j.lease_token,
          j.run_started_at + make_interval(secs => t.timeout_seconds)
     into v_status, v_worker, v_attempts, v_job_type, v_token, v_deadline
-    from pyjobq.job j
+    from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
   if found then
@@ -1285,10 +1337,9 @@ stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select e.job_id
-    from pyjobq.job e
+    from pyjobq.job_history e
    where e.job_type = p_job_type
      and e.dedupe_key = p_dedupe_key
-     and e.status in (3, 4, 5)
      and e.updated_at >= p_now - p_window
    order by e.updated_at desc
    limit 1
@@ -1296,62 +1347,6 @@ $$;
 
 comment on function pyjobq._ended_within(int, text, interval, timestamptz) is
   'The job of type p_job_type and key p_dedupe_key that ended last, if it ended within p_window before p_now.';
-
--- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
--- the turn of a key's job one after its key's last pending job, so a key's
--- jobs take every turn from there on, one each, and a key with 100,000 jobs
--- waiting holds one turn in each, not the next 100,000. A key with none
--- waiting starts at the first due turn of the priority (never behind the
--- queue's head, nor before it), so a key's past does not count for or against
--- it. Turns are shared by all fair-share types, so the turns of two such types
--- interleave as their keys' do. Two enqueues of a key at once may take the
--- same turn: seq orders them, and nothing but the order depends on it.
-create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
-returns bigint[]
-language plpgsql
-stable
-set search_path = pg_catalog, pyjobq, pg_temp
-set enable_sort = off
-as $$
-declare
-  v_head bigint;
-begin
-  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
-    return null;
-  end if;
-  select h.fair_rank into v_head
-    from pyjobq.job h
-   where h.status = 1
-     and h.fair_rank is not null
-     and h.priority = p_priority
-     and h.run_after <= p_now
-   order by h.fair_rank
-   limit 1;
-  return (
-    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
-      from (select k.i, coalesce(k.key, '') as key,
-                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
-              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
-      join (select d.key,
-                   (select r.fair_rank
-                      from pyjobq.job r
-                     where r.status = 1
-                       and r.fair_rank is not null
-                       and r.job_type = p_job_type
-                       and r.priority = p_priority
-                       and coalesce(r.concurrency_key, '') = d.key
-                     order by r.fair_rank desc
-                     limit 1) as tail
-              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
-                    union
-                    select '' where p_keys is null) d) g
-        on g.key = u.key);
-end;
-$$;
-
-comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
-  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
-  'keys p_keys (null: none), in input order; null when the type has no fair share.';
 
 -- The active job (PENDING, RUNNING or WAITING) of a type that holds a dedupe
 -- key: the one an enqueue with that key returns instead of a new job.
@@ -1438,18 +1433,32 @@ begin
   end if;
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
+    -- The row in the tables' column order; born CANCELLED, it is history at once.
+    with new_job as (
+      select v_new_id as job_id, p_job_type::smallint as job_type, v_status as status,
+             p_priority::smallint as priority, p_payload as payload, null::jsonb as result,
+             p_dedupe_key::varchar(200) as dedupe_key, 0::smallint as attempts,
+             p_max_attempts::smallint as max_attempts, p_run_after as run_after, null::timestamptz as lease_until,
+             null::varchar(80) as worker_id, null::timestamptz as run_started_at,
+             case when v_status = 5 then v_failure end as last_error, p_now as created_at, p_now as updated_at,
+             v_seq as seq, 0::smallint as attempts_refunded, false as notify_done, null::uuid as lease_token,
+             p_concurrency_key::varchar(200) as concurrency_key,
+             (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1] as fair_rank,
+             p_metadata as metadata, v_waiting as waiting_on,
+             case when p_parents is not null then p_run_on_parent_failure end as run_on_parent_failure,
+             false as has_dependants, p_batch_id as batch_id
+    ), born_ended as (
+      insert into pyjobq.job_history
+      select n.* from new_job n where n.status = 5
+    )
     insert into pyjobq.job as j
-      (job_id, seq, job_type, status, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-       concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id)
-    values
-      (v_new_id, v_seq, p_job_type, v_status, p_payload, p_priority, p_run_after, p_dedupe_key, p_max_attempts, p_now,
-       p_now, p_concurrency_key,
-       (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
-       p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end,
-       case when v_status = 5 then v_failure end, p_batch_id)
+    select n.* from new_job n where n.status <> 5
     on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
     returning j.job_id into v_id;
-    if v_id is not null and p_unique_for is not null then
+    if v_status = 5 then
+      v_id := v_new_id;
+    end if;
+    if v_id is not null and p_unique_for is not null and v_status <> 5 then
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
       if v_ended is not null then
         delete from pyjobq.job d where d.job_id = v_id;
@@ -2313,7 +2322,8 @@ comment on function pyjobq.job_next_due(int[]) is
 -- period, in all and per concurrency key (a customer, a tenant, an account:
 -- job_enqueue's p_concurrency_key), or fair share across its keys;
 -- job_claim keeps them through _claim_limited (07_limited_claim.sql), with the
--- rate windows' helpers here.
+-- rate windows' helpers here; the enqueue gives fair-share jobs their turns
+-- (_fair_ranks, at the end).
 
 create function pyjobq.job_type_set_limits(
   p_job_type int,
@@ -2521,6 +2531,62 @@ $$;
 comment on function pyjobq.job_type_limits() is
   'The job types with a concurrency or rate limit or fair share, and their limits (null: none); next_claim_at '
   'is when the type''s rate limit next lets a claim take one of its jobs, null when it does now.';
+
+-- Fair share. A fair-share type's jobs are claimed in turns (job.fair_rank),
+-- the turn of a key's job one after its key's last pending job, so a key's
+-- jobs take every turn from there on, one each, and a key with 100,000 jobs
+-- waiting holds one turn in each, not the next 100,000. A key with none
+-- waiting starts at the first due turn of the priority (never behind the
+-- queue's head, nor before it), so a key's past does not count for or against
+-- it. Turns are shared by all fair-share types, so the turns of two such types
+-- interleave as their keys' do. Two enqueues of a key at once may take the
+-- same turn: seq orders them, and nothing but the order depends on it.
+create function pyjobq._fair_ranks(p_job_type int, p_priority int, p_keys text[], p_count int, p_now timestamptz)
+returns bigint[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+as $$
+declare
+  v_head bigint;
+begin
+  if not (select t.fair_share from pyjobq.job_type t where t.job_type = p_job_type) then
+    return null;
+  end if;
+  select h.fair_rank into v_head
+    from pyjobq.job h
+   where h.status = 1
+     and h.fair_rank is not null
+     and h.priority = p_priority
+     and h.run_after <= p_now
+   order by h.fair_rank
+   limit 1;
+  return (
+    select array_agg(greatest(g.tail + 1, v_head, 1) + u.n - 1 order by u.i)
+      from (select k.i, coalesce(k.key, '') as key,
+                   row_number() over (partition by coalesce(k.key, '') order by k.i) as n
+              from unnest(coalesce(p_keys, array_fill(null::text, array[p_count]))) with ordinality k(key, i)) u
+      join (select d.key,
+                   (select r.fair_rank
+                      from pyjobq.job r
+                     where r.status = 1
+                       and r.fair_rank is not null
+                       and r.job_type = p_job_type
+                       and r.priority = p_priority
+                       and coalesce(r.concurrency_key, '') = d.key
+                     order by r.fair_rank desc
+                     limit 1) as tail
+              from (select distinct coalesce(k.key, '') as key from unnest(p_keys) k(key)
+                    union
+                    select '' where p_keys is null) d) g
+        on g.key = u.key);
+end;
+$$;
+
+comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
+  'The turns (job.fair_rank) of p_count new jobs of type p_job_type at priority p_priority with concurrency '
+  'keys p_keys (null: none), in input order; null when the type has no fair share.';
 
 -- The limited claim -----------------------------------------------------------
 --
@@ -2940,29 +3006,25 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
-  v_job_type smallint;
-  v_followed boolean;
+  v_row pyjobq.job;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
   perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
-  update pyjobq.job j
-     set status = 3,
-         result = p_result,
-         lease_until = null,
-         updated_at = v_now
+  delete from pyjobq.job j
    where j.job_id = p_job_id
      and j.status = 2
      and j.worker_id = p_worker_id
      and j.job_type <> all (v_denied)
      and j.attempts = p_attempt
      and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.job_type, j.has_dependants or j.batch_id is not null into v_job_type, v_followed;
+  returning j.* into v_row;
   if not found then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
-  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type], array[3::smallint]);
-  if v_followed then
+  perform pyjobq._to_history(array[v_row], 3::smallint, v_now, array[p_result]);
+  perform pyjobq._stat_add(v_now, p_worker_id, array[v_row.job_type], array[3::smallint]);
+  if v_row.has_dependants or v_row.batch_id is not null then
     perform pyjobq._ended(array[p_job_id], v_now);
   end if;
 end;
@@ -3025,23 +3087,22 @@ begin
       from input i
      order by i.id, i.attempt, i.ord
   ), done as (
-    update pyjobq.job j
-       set status = 3,
-           result = f.result,
-           lease_until = null,
-           updated_at = v_now
-      from first_mention f
+    delete from pyjobq.job j
+     using first_mention f
      where j.job_id = f.id
        and j.status = 2
        and j.worker_id = p_worker_id
        and j.job_type <> all (v_denied)
        and j.attempts = f.attempt
        and (j.lease_token = f.token or f.token is null)
-    returning j.job_id, j.attempts, j.job_type, j.has_dependants or j.batch_id is not null as followed
+    returning j as ended, f.result, j.job_id, j.attempts, j.job_type,
+              j.has_dependants or j.batch_id is not null as followed
   ), counted as (
     -- One row (an aggregate), so the cross join below records the batch once,
-    -- and follows up the ends of parents and batch members together (none: no call).
-    select pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
+    -- and follows up the ends of parents and batch members together (none: no
+    -- call), after the rows are in the history, where the follow-up reads them.
+    select pyjobq._to_history(array_agg(d.ended), 3::smallint, v_now, array_agg(d.result)),
+           pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
            case when bool_or(d.followed)
                 then pyjobq._ended(array_agg(d.job_id) filter (where d.followed), v_now) end
       from done d
@@ -3050,7 +3111,7 @@ begin
   -- was lost) counts as completed: the result stored then stays.
   select i.id,
          case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
-              else exists (select from pyjobq.job k
+              else exists (select from pyjobq.job_history k
                             where k.job_id = i.id
                               and k.job_type <> all (v_denied)
                               and k.status = 3
@@ -3092,7 +3153,7 @@ declare
   v_dead_letter boolean := coalesce(p_dead_letter, false);
   v_delay interval;
   v_job_type int;
-  v_followed boolean;
+  v_ended pyjobq.job[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
@@ -3107,27 +3168,48 @@ begin
     v_delay := make_interval(secs => p_retry_delay_seconds);
   end if;
 
-  update pyjobq.job j
-     set status = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then 4 else 1 end,
-         run_after = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.run_after
-                          else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now) end,
-         worker_id = case when v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 then j.worker_id end,
-         lease_until = null,
-         last_error = left(p_error, 10000),
-         updated_at = v_now
-   where j.job_id = p_job_id
-     and j.status = 2
-     and j.worker_id = p_worker_id
-     and j.job_type <> all (v_denied)
-     and j.attempts = p_attempt
-     and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.status::int, j.run_after, j.job_type, j.has_dependants or j.batch_id is not null
-       into status, run_after, v_job_type, v_followed;
-  if not found then
+  -- The attempt, if the caller holds it, in one statement: with tries left,
+  -- PENDING again after the backoff; else DEAD, its row into the history.
+  with held as materialized (
+    select j.job_id,
+           v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 as dies
+      from pyjobq.job j
+     where j.job_id = p_job_id
+       and j.status = 2
+       and j.worker_id = p_worker_id
+       and j.job_type <> all (v_denied)
+       and j.attempts = p_attempt
+       and (j.lease_token = p_lease_token or p_lease_token is null)
+       for update
+  ), retried as (
+    update pyjobq.job j
+       set status = 1,
+           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now),
+           worker_id = null,
+           lease_until = null,
+           last_error = left(p_error, 10000),
+           updated_at = v_now
+      from held h
+     where j.job_id = h.job_id
+       and not h.dies
+    returning j.status::int, j.run_after, j.job_type::int, null::pyjobq.job[] as ended
+  ), died as (
+    delete from pyjobq.job j
+     using held h
+     where j.job_id = h.job_id
+       and h.dies
+    returning 4, j.run_after, j.job_type::int, array[j] as ended
+  )
+  select x.* into status, run_after, v_job_type, v_ended
+    from (select * from retried union all select * from died) x;
+  if status is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
+  if status = 4 then
+    perform pyjobq._to_history(v_ended, 4::smallint, v_now, null, array[left(p_error, 10000)]);
+  end if;
   perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
-  if status = 4 and v_followed then
+  if status = 4 and ((v_ended[1]).has_dependants or (v_ended[1]).batch_id is not null) then
     perform pyjobq._ended(array[p_job_id], v_now);
   end if;
   -- The retry is announced like a new job: idle workers learn when it is due.
@@ -3207,7 +3289,7 @@ begin
   )
   select i.id, r.job_id is not null, r.lease_until,
          -- cancelled while this holder had it: stop the handler
-         r.job_id is null and exists (select from pyjobq.job k
+         r.job_id is null and exists (select from pyjobq.job_history k
                                        where k.job_id = i.id
                                          and k.job_type <> all (v_denied)
                                          and k.status = 5
@@ -3300,37 +3382,48 @@ begin
     with input as (
       select u.id, u.attempt, u.token, u.ord
         from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
-    ), given_back as (
-      update pyjobq.job j
-         -- The try is given back; the claim counter, the fencing token, is not.
-         -- A job whose counter is spent can never be claimed again: DEAD.
-         set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                           then 4 else 1 end,
-             -- Back at its old place in the queue, before claim fronts.
-             run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                              then j.run_after else pyjobq._pending_from(j.run_after, v_now, false) end,
-             attempts_refunded = j.attempts_refunded + 1,
-             worker_id = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                              then j.worker_id end,
-             last_error = case when pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0
-                               then 'released with its claim counter spent (32767 claims)' else j.last_error end,
-             lease_until = null,
-             updated_at = v_now
+    ), held as materialized (
+      -- The attempts the caller holds, locked. The try is given back; the claim
+      -- counter, the fencing token, is not: a job whose counter is spent can
+      -- never be claimed again, and is DEAD.
+      select j.job_id, j.attempts as attempt,
+             pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0 as spent
         from (select distinct i.id, i.attempt, i.token from input i) f
-       where j.job_id = f.id
-         and j.status = 2
+        join pyjobq.job j on j.job_id = f.id
+       where j.status = 2
          and j.worker_id = p_worker_id
          and j.job_type <> all (v_denied)
          and j.attempts = f.attempt
          and (j.lease_token = f.token or f.token is null)
-      returning j.job_id, j.attempts as attempt, j.status, j.has_dependants or j.batch_id is not null as followed
+         for update of j
+    ), given_back as (
+      update pyjobq.job j
+         set status = 1,
+             -- Back at its old place in the queue, before claim fronts.
+             run_after = pyjobq._pending_from(j.run_after, v_now, false),
+             attempts_refunded = j.attempts_refunded + 1,
+             worker_id = null,
+             lease_until = null,
+             updated_at = v_now
+        from held h
+       where j.job_id = h.job_id
+         and not h.spent
+      returning j.job_id
+    ), spent as (
+      delete from pyjobq.job j
+       using held h
+       where j.job_id = h.job_id
+         and h.spent
+      returning j as ended, j.job_id, j.has_dependants or j.batch_id is not null as followed
     ), resolved as (
       -- A job released DEAD ends: its end is followed up (one row, one call).
-      select case when bool_or(g.status = 4 and g.followed)
-                  then pyjobq._ended(array_agg(g.job_id) filter (where g.status = 4 and g.followed), v_now) end
-        from given_back g
+      select pyjobq._to_history(array_agg(g.ended), 4::smallint, v_now, null,
+                                array_agg('released with its claim counter spent (32767 claims)'::text)),
+             case when bool_or(g.followed)
+                  then pyjobq._ended(array_agg(g.job_id) filter (where g.followed), v_now) end
+        from spent g
     )
-    select i.id, (i.id, i.attempt) in (select g.job_id, g.attempt from given_back g)
+    select i.id, (i.id, i.attempt) in (select h.job_id, h.attempt from held h)
       from input i
      cross join resolved
      order by i.ord;
@@ -3389,6 +3482,14 @@ declare
   v_limit int := coalesce(p_limit, 1000);
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The history's partitions for today and tomorrow (one catalog lookup
+  -- when they exist), first, while this call holds no row: a maintainer that
+  -- cannot have its locks at once leaves them to the next reap.
+  begin
+    perform pyjobq.job_history_maintain();
+  exception when lock_not_available then
+    null;
+  end;
   -- The expiry test is repeated in the UPDATE: a row that a completer or a
   -- renewer changed after this statement's snapshot is re-checked on its
   -- newest version, so a reaper never overwrites a finished or renewed job.
@@ -3402,29 +3503,43 @@ begin
      limit v_limit
        for update skip locked
   ),
-  reaped as (
+  retried as (
     update pyjobq.job j
-       set status = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
-                         then 4 else 1 end,
-           run_after = case when pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
-                            then j.run_after
-                            else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now) end,
-           -- Cleared even for DEAD: the worker that lost the lease gets JQ001
-           -- (lease_lost), never JQ003, which means "your attempt finished it".
+       set status = 1,
+           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now),
            worker_id = null,
-           last_error = format('lease expired: worker %s did not finish attempt %s',
-                               j.worker_id, j.attempts),
+           last_error = format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts),
            lease_until = null,
            updated_at = v_now
       from picked p
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-    returning j.job_id, j.job_type, j.status, j.run_after, j.has_dependants or j.batch_id is not null as followed
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) > 0
+    returning j.job_id, j.job_type, j.status, j.run_after
+  ), died as (
+    -- The worker is cleared even for DEAD: the worker that lost the lease gets
+    -- JQ001 (lease_lost), never JQ003, which means "your attempt finished it".
+    delete from pyjobq.job j
+     using picked p
+     where j.job_id = p.job_id
+       and j.status = 2
+       and j.lease_until < v_now
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after,
+              format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts) as error,
+              j.has_dependants or j.batch_id is not null as followed
+  ), reaped as (
+    select r.job_id, r.job_type, r.status, r.run_after from retried r
+    union all
+    select d.job_id, d.job_type, d.status, d.run_after from died d
   ), counted as (
-    select pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
-           case when bool_or(r.status = 4 and r.followed)
-                then pyjobq._ended(array_agg(r.job_id) filter (where r.status = 4 and r.followed), v_now) end
+    select pyjobq._to_history((select array_agg(d.ended) from died d), 4::smallint, v_now, null,
+                              (select array_agg(d.error) from died d), null, true),
+           pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
+           (select case when count(*) > 0 then pyjobq._ended(array_agg(d.job_id), v_now) end
+              from died d
+             where d.followed)
       from reaped r
   )
   select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
@@ -3442,7 +3557,8 @@ comment on function pyjobq.job_reap(int) is
   'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
   'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
   'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
-  'hours.';
+  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
+  '(job_history_maintain).';
 
 -- Inspection ------------------------------------------------------------------
 --
@@ -3497,7 +3613,7 @@ as $$
     select t.job_type, e.status,
            (select count(*)
               from (select 1
-                      from pyjobq.job j
+                      from pyjobq.job_history j
                      where j.status in (4, 5)  -- the index's predicate, for the planner
                        and j.job_type = t.job_type
                        and j.status = e.status
@@ -3505,20 +3621,23 @@ as $$
       from pyjobq.job_type t
      cross join (values (4), (5)) as e(status)
   ), size as (
-    -- The rows now: rows per page at the last ANALYZE times the pages now, or,
-    -- before the first ANALYZE, the server's count of live rows.
-    select pg_relation_size(c.oid) <= 1048576 as small,
-           pg_relation_size(c.oid) / current_setting('block_size')::int as pages,
-           case when c.reltuples >= 0 and c.relpages > 0
-                then c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int)
-                else pg_stat_get_live_tuples(c.oid)
-           end as rows
-      from pg_class c
-     where c.oid = 'pyjobq.job'::regclass
+    -- The history's rows now, partition by partition: rows per page at the
+    -- partition's last ANALYZE times its pages now, or, before its first
+    -- ANALYZE, the server's count of its live rows.
+    select coalesce(sum(p.bytes), 0) <= 1048576 as small,
+           coalesce(sum(p.bytes), 0) / current_setting('block_size')::int as pages,
+           coalesce(sum(case when c.reltuples >= 0 and c.relpages > 0
+                             then c.reltuples / c.relpages * (p.bytes / current_setting('block_size')::int)
+                             else pg_stat_get_live_tuples(c.oid)
+                        end), 0) as rows
+      from pg_partition_tree('pyjobq.job_history') t
+      join pg_class c on c.oid = t.relid
+     cross join lateral (select pg_relation_size(c.oid) as bytes) p
+     where t.isleaf
   ), done_counted as (
     -- A table of at most 1 MiB (a few thousand jobs) is cheap to read: exact.
     select j.job_type, count(*) as jobs
-      from pyjobq.job j
+      from pyjobq.job_history j
      where j.status = 3
        and (select z.small from size z)
      group by j.job_type
@@ -3537,7 +3656,7 @@ as $$
     -- Larger and never analyzed: about 32 of its pages, the same ones at every
     -- call while it does not grow. The condition is checked before the scan.
     select j.job_type, j.status
-      from pyjobq.job j
+      from pyjobq.job_history j
            tablesample system ((select least(100, 100.0 * 32 / greatest(z.pages, 1)) from size z)) repeatable (0)
      where not (select z.small from size z)
        and not exists (select from stats)
@@ -3549,12 +3668,11 @@ as $$
      where m.status = 3
      group by m.job_type
   ), known as (
-    -- Rows counted exactly now whose (type, status) has no share.
+    -- History rows counted exactly now whose (type, status) has no share.
     select coalesce(sum(k.jobs), 0) as jobs
-      from (select c.job_type, c.status, c.jobs from exact_counts c
-            union all
-            select e.job_type, e.status, e.jobs from ended_counts e where e.jobs <= 10000) as k
-     where not exists (select from shares h where (h.job_type, h.status) = (k.job_type, k.status))
+      from ended_counts k
+     where k.jobs <= 10000
+       and not exists (select from shares h where (h.job_type, h.status) = (k.job_type, k.status))
   ), estimated as (
     -- Not small: a share times the rows now. A type whose DONE jobs have no
     -- share (too few to be in the sample) gets, split with the others without
@@ -3605,8 +3723,8 @@ comment on function pyjobq.job_counts() is
   'seconds of the oldest due job (0 when none is due); for RUNNING, how many leases expired without being reaped. '
   'PENDING, RUNNING and WAITING are exact and read through indexes; so are DEAD and CANCELLED up to 10000 per type, '
   'beyond which they are at least 10001, from the statistics of the last ANALYZE (exact false). DONE is exact '
-  'while the table is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE (before '
-  'the first, from about 32 pages of the table), and exact is false.';
+  'while the history is at most 1 MiB; beyond, it is an estimate from the statistics of the last ANALYZE of '
+  'job_history (before the first, from about 32 pages of it), and exact is false.';
 
 create function pyjobq.job_get(p_job_id uuid)
 returns table (
@@ -3644,7 +3762,7 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
@@ -3653,7 +3771,7 @@ begin
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
          j.waiting_on, j.batch_id
-    from pyjobq.job j
+    from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
    where j.job_id = p_job_id;
 end;
@@ -3757,7 +3875,7 @@ begin
   return query
   with matching as not materialized (
     select j.job_id, j.status, j.lease_until, j.batch_id
-      from pyjobq.job j
+      from pyjobq.job_all j
      where (p_job_type is null or j.job_type = p_job_type)
        and (p_dedupe_key is null or j.dedupe_key = p_dedupe_key)
        and (p_error is null or strpos(lower(j.last_error), lower(p_error)) > 0)
@@ -3770,7 +3888,8 @@ begin
     -- member of the batch, through job_batch_idx.
     select m.job_id from matching m where p_batch_id is null and p_status = 1 and m.status = 1
     union all
-    select m.job_id from matching m where p_batch_id is null and p_status = 2 and m.lease_until is not null
+    select m.job_id from matching m
+     where p_batch_id is null and p_status = 2 and m.status = 2 and m.lease_until is not null
     union all
     select m.job_id from matching m where p_batch_id is null and p_status = 6 and m.status = 6
     union all
@@ -3808,7 +3927,7 @@ begin
          j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
          j.worker_id::text, j.last_error, j.created_at, j.updated_at
     from page p
-    join pyjobq.job j on j.job_id = p.job_id
+    join pyjobq.job_all j on j.job_id = p.job_id
     join pyjobq.job_type t on t.job_type = j.job_type
    order by case when v_oldest then j.job_id end, case when not v_oldest then j.job_id end desc;
 end;
@@ -3838,12 +3957,14 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_cancelled uuid[];
+  v_running uuid[];
 begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   -- Cancelling is the producers' side of a type: its enqueue privilege.
   perform pyjobq._check_privilege('enqueue', array(select distinct j.job_type::int
-                                                      from pyjobq.job j
+                                                      from pyjobq.job_all j
                                                      where j.job_id = any (p_job_ids)));
   -- A RUNNING job is CANCELLED at once, like a PENDING one: its holder keeps
   -- its worker id on the row but holds nothing any more, so its every later
@@ -3861,44 +3982,43 @@ begin
    order by k.job_id
      for no key update;
   perform pyjobq._lock_reach(p_job_ids, true);
-  return query
-  with input as (
-    select u.id, u.ord
-      from unnest(p_job_ids) with ordinality as u(id, ord)
-  ), locked as materialized (
+  with locked as materialized (
     select k.job_id, k.status
       from pyjobq.job k
-     where k.job_id in (select i.id from input i)
+     where k.job_id = any (p_job_ids)
      order by k.status = 6, k.job_id
        for no key update
   ), cancelled as (
-    update pyjobq.job j
-       set status = 5,
-           lease_until = null,
-           last_error = coalesce(j.last_error, 'cancelled'),
-           updated_at = v_now
-      from locked l
+    delete from pyjobq.job j
+     using locked l
      where j.job_id = l.job_id
-       and l.status in (1, 2, 6)
-    returning j.job_id, j.has_dependants or j.batch_id is not null as followed
-  ), audited as (
-    -- One row (an aggregate), so the cross join below writes one line, and
-    -- the ends of the cancelled jobs are followed up once, together.
-    select pyjobq._audit('cancel', count(*),
+    returning j as ended, j.job_id, j.status, coalesce(j.last_error, 'cancelled') as error,
+              j.has_dependants or j.batch_id is not null as followed
+  ), ended as (
+    -- One row (an aggregate): the rows go to the history, one line is written
+    -- to the audit log, and the ends of the cancelled jobs are followed up
+    -- once, together, after the history has them.
+    select pyjobq._to_history(array_agg(c.ended), 5::smallint, v_now, null, array_agg(c.error)),
+           pyjobq._audit('cancel', count(*),
                          jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now)
+           case when bool_or(c.followed)
+                then pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now) end,
+           coalesce(array_agg(c.job_id), '{}') as ids,
+           coalesce(array_agg(c.job_id) filter (where c.status = 2), '{}') as running
       from cancelled c
   )
-  select i.id,
-         case when l.job_id is null then 'not_found'
-              when l.status in (1, 6) then 'cancelled'
-              when l.status = 2 then 'cancelled_running'
-              else 'finished'
+  select e.ids, e.running into v_cancelled, v_running from ended e;
+  -- The others, as they are now (one that ended while this call waited for
+  -- its row is in the history by now).
+  return query
+  select u.id,
+         case when u.id = any (v_running) then 'cancelled_running'
+              when u.id = any (v_cancelled) then 'cancelled'
+              when exists (select from pyjobq.job_all j where j.job_id = u.id) then 'finished'
+              else 'not_found'
          end
-    from input i
-    left join locked l on l.job_id = i.id
-   cross join audited
-   order by i.ord;
+    from unnest(p_job_ids) with ordinality as u(id, ord)
+   order by u.ord;
 end;
 $$;
 
@@ -3913,7 +4033,8 @@ comment on function pyjobq.job_cancel(uuid[]) is
 -- Waiting for an outcome. A producer that wants to know when a job ends calls
 -- job_watch, LISTENs on pyjobq_done, and reads the job again when its id
 -- arrives. Only watched jobs are announced: the trigger's WHEN is checked as
--- the row is updated, and for every other job it is all the trigger costs.
+-- the ended row enters the history, and for every other job it is all the
+-- trigger costs.
 create function pyjobq._notify_done()
 returns trigger
 language plpgsql
@@ -3929,9 +4050,9 @@ comment on function pyjobq._notify_done() is
   'Trigger of job_done_notify: announces on pyjobq_done the id of a watched job that just ended.';
 
 create trigger job_done_notify
-  after update of status on pyjobq.job
+  after insert on pyjobq.job_history
   for each row
-  when (new.notify_done and new.status in (3, 4, 5) and old.status in (1, 2, 6))
+  when (new.notify_done)
   execute function pyjobq._notify_done();
 
 create function pyjobq.job_watch(p_job_ids uuid[])
@@ -3950,7 +4071,7 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_privilege('observe', array(select distinct j.job_type::int
-                                                      from pyjobq.job j
+                                                      from pyjobq.job_all j
                                                      where j.job_id = any (p_job_ids)));
   update pyjobq.job j
      set notify_done = true
@@ -3963,7 +4084,7 @@ begin
   select u.id, j.status::int,
          pyjobq._status_name(j.status)
     from unnest(p_job_ids) with ordinality as u(id, ord)
-    left join pyjobq.job j on j.job_id = u.id
+    left join pyjobq.job_all j on j.job_id = u.id
    order by u.ord;
 end;
 $$;
@@ -3988,7 +4109,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   with free as (
     select distinct on (d.job_type, coalesce(d.dedupe_key, d.job_id::text)) d.job_id
-      from pyjobq.job d
+      from pyjobq.job_history d
      where d.job_id = any (p_ids)
        and d.status in (4, 5)
        and pyjobq._tries_left(d.attempts, d.attempts, d.max_attempts) > 0
@@ -4001,24 +4122,33 @@ as $$
      order by d.job_type, coalesce(d.dedupe_key, d.job_id::text), d.updated_at, d.job_id
   ),
   moved as (
-    update pyjobq.job j
-       set status = 1,
-           attempts_refunded = j.attempts,  -- a fresh budget; the fencing token goes on
-           run_after = pyjobq._pending_from(p_now, p_now, false),  -- with its old seq
-           worker_id = null,
-           result = null,
-           updated_at = p_now
-      from free f
-     where j.job_id = f.job_id
-       and j.status in (4, 5)
-    returning j.job_id
+    delete from pyjobq.job_history h
+     using free f
+     where h.job_id = f.job_id
+       and h.status in (4, 5)
+    returning h.*
+  ),
+  back as (
+    -- PENDING again, due at p_now with its old seq, with a fresh budget (the
+    -- fencing token, attempts, goes on); its worker and result cleared.
+    insert into pyjobq.job
+      (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+       lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+       notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+       has_dependants, batch_id)
+    select m.job_id, m.job_type, 1, m.priority, m.payload, null, m.dedupe_key, m.attempts, m.max_attempts,
+           pyjobq._pending_from(p_now, p_now, false), null, null, m.run_started_at, m.last_error, m.created_at,
+           p_now, m.seq, m.attempts, m.notify_done, m.lease_token, m.concurrency_key, m.fair_rank, m.metadata,
+           m.waiting_on, m.run_on_parent_failure, m.has_dependants, m.batch_id
+      from moved m
+    returning job_id
   )
-  select coalesce(array_agg(m.job_id), '{}') from moved m
+  select coalesce(array_agg(b.job_id), '{}') from back b
 $$;
 
 comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
-  'job_redrive''s update: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free back to PENDING; '
-  'returns their ids.';
+  'job_redrive''s move: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free from job_history back '
+  'to pyjobq.job, PENDING; returns their ids.';
 
 create function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
@@ -4064,13 +4194,13 @@ begin
          coalesce(array_agg(d.status order by d.updated_at, d.job_id), '{}')
     into v_picked, v_statuses
     from (select p.job_id, p.updated_at, p.status
-            from pyjobq.job p
+            from pyjobq.job_history p
            where p.job_id in (select c.job_id
                                 from (select e.job_id,
                                              row_number() over (
                                                partition by e.job_type, coalesce(e.dedupe_key, e.job_id::text)
                                                order by e.updated_at, e.job_id) as n
-                                        from pyjobq.job e
+                                        from pyjobq.job_history e
                                        where e.status in (4, 5)
                                          and (p_job_ids is null or e.job_id = any (p_job_ids))
                                          and (p_job_type is null or e.job_type = p_job_type)
@@ -4122,72 +4252,6 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   '(redrive them too: they run at once, without waiting for their parents again). Returns the ids it moved; '
   'a call that moved jobs writes '
   'a line to the audit log (job_audit) with the first 100 of their ids.';
-
-create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
-returns bigint
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 10000);
-  v_deleted bigint;
-begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
-    raise exception 'p_older_than must be an interval between 0 and 100 years'
-      using errcode = case when p_older_than is null then '22004' else '22023' end,
-            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
-            hint = 'e.g. ''7 days''.';
-  end if;
-  -- A parent stays while a dependant of it has yet to end: the dependant's
-  -- handler reads its result. The edges go with the jobs.
-  with doomed as (
-    select d.job_id
-      from pyjobq.job d
-     where d.status in (3, 4, 5)
-       and d.updated_at < v_now - p_older_than
-       and not (d.has_dependants
-                and exists (select from pyjobq.job_edge e
-                              join pyjobq.job c on c.job_id = e.child_id
-                             where e.parent_id = d.job_id
-                               and c.status in (1, 2, 6)))
-     limit v_limit
-       for update skip locked
-  ), deleted as (
-    delete from pyjobq.job j
-     using doomed d
-     where j.job_id = d.job_id
-    returning j.job_id, j.has_dependants, j.waiting_on is not null as has_parents
-  ), edges_out as (
-    delete from pyjobq.job_edge e using deleted x where x.has_dependants and e.parent_id = x.job_id
-  ), edges_in as (
-    delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
-  )
-  select count(*) into v_deleted from deleted;
-  -- A finished batch goes once its members have.
-  delete from pyjobq.job_batch b
-   where b.finished_at < v_now - p_older_than
-     and not exists (select from pyjobq.job j where j.batch_id = b.batch_id);
-  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit));
-  -- A rate window with no claim for longer than any period (a day at most)
-  -- counts nothing; an hour more leaves a claim that started before it alone.
-  delete from pyjobq.rate_window w
-   where w.claimed_at[cardinality(w.claimed_at)] < v_now - interval '25 hours';
-  return v_deleted;
-end;
-$$;
-
-comment on function pyjobq.job_prune(interval, int) is
-  'Deletes up to p_limit (1..100000, default 10000) DONE, DEAD and CANCELLED jobs last changed more than '
-  'p_older_than '
-  '(0 to 100 years) ago (but not a parent with a dependant yet to end), with their dependency edges, and the '
-  'batches finished as long ago whose jobs are all gone, '
-  'and returns how many it deleted; call it again until it returns less than p_limit. Also drops the rate '
-  'windows with no claim in the last 25 hours, which count nothing. A call that deleted jobs writes a line to '
-  'the audit log (job_audit).';
 
 -- Settings --------------------------------------------------------------------
 
@@ -5025,6 +5089,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_found int;
+  v_wanted int := (select count(distinct u.id) from unnest(p_parents) u(id));
   v_missing uuid;
 begin
   if cardinality(p_parents) > 100000 then
@@ -5037,21 +5102,37 @@ begin
       using errcode = '22004',
             hint = 'Name each parent by the job_id its enqueue returned.';
   end if;
-  with locked as materialized (
-    select p.job_id, p.job_type, p.status
-      from pyjobq.job p
-     where p.job_id = any (p_parents)
-     order by p.job_id
-       for no key update
-  )
-  select count(*), count(*) filter (where l.status in (1, 2, 6)),
-         min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
-    into v_found, waiting, failure
-    from locked l;
-  if v_found < (select count(distinct u.id) from unnest(p_parents) u(id)) then
+  -- Live parents, then ended ones. A parent that moves between the two while
+  -- this statement waits for its lock is in neither of its snapshot's: the
+  -- next statement, with a snapshot of its own, finds it where it went.
+  for v_try in 1 .. 3 loop
+    with live as materialized (
+      select p.job_id, p.status
+        from pyjobq.job p
+       where p.job_id = any (p_parents)
+       order by p.job_id
+         for no key update
+    ), ended as materialized (
+      select p.job_id, p.status
+        from pyjobq.job_history p
+       where p.job_id = any (p_parents)
+       order by p.job_id
+         for no key update
+    ), locked as (
+      select l.job_id, l.status from live l
+      union all
+      select e.job_id, e.status from ended e
+    )
+    select count(*), count(*) filter (where l.status in (1, 2, 6)),
+           min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
+      into v_found, waiting, failure
+      from locked l;
+    exit when v_found >= v_wanted;
+  end loop;
+  if v_found < v_wanted then
     select u.id into v_missing
       from unnest(p_parents) u(id)
-     where not exists (select from pyjobq.job p where p.job_id = u.id)
+     where not exists (select from pyjobq.job_all p where p.job_id = u.id)
      limit 1;
     raise exception 'parent job % not found', v_missing
       using errcode = 'JQ002',
@@ -5059,7 +5140,7 @@ begin
   end if;
   -- The child will see its parents' results: the caller must be allowed to see them.
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
-                                                      from pyjobq.job p
+                                                      from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
 end;
 $$;
@@ -5178,7 +5259,7 @@ begin
   select array_agg(j.status order by x.n)
     into v_status
     from unnest(v_parent) with ordinality x(id, n)
-    left join pyjobq.job j on j.job_id = x.id;
+    left join pyjobq.job_all j on j.job_id = x.id;
   v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
   for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
     v_c := v_child[v_e];
@@ -5204,26 +5285,32 @@ begin
   end loop;
   v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
 
+  -- The rows in the tables' column order; those born CANCELLED are history at once.
+  with new_job as (
+    select v_ids[i] as job_id, p_job_type::smallint as job_type,
+           (case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end)::smallint as status,
+           p_priority::smallint as priority, p_payloads[i] as payload, null::jsonb as result,
+           null::varchar(200) as dedupe_key, 0::smallint as attempts, p_max_attempts::smallint as max_attempts,
+           p_run_after as run_after, null::timestamptz as lease_until, null::varchar(80) as worker_id,
+           null::timestamptz as run_started_at, v_failure[i] as last_error, p_now as created_at,
+           p_now as updated_at, v_seqs[i] as seq, 0::smallint as attempts_refunded, false as notify_done,
+           null::uuid as lease_token, p_concurrency_keys[i]::varchar(200) as concurrency_key,
+           v_ranks[i] as fair_rank, p_metadata as metadata,
+           case when v_has_parents[i] then v_wait[i] end as waiting_on,
+           case when v_has_parents[i] then p_run_on_parent_failure end as run_on_parent_failure,
+           v_named[i] as has_dependants, p_batch_id as batch_id
+      from generate_series(1, v_count) i
+  ), born_ended as (
+    insert into pyjobq.job_history
+    select n.* from new_job n where n.status = 5
+  )
   insert into pyjobq.job
-    (job_id, seq, job_type, status, payload, priority, run_after, max_attempts, created_at, updated_at,
-     concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure, last_error, batch_id, has_dependants)
-  select v_ids[i], v_seqs[i], p_job_type,
-         case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end,
-         p_payloads[i], p_priority, p_run_after, p_max_attempts, p_now, p_now,
-         p_concurrency_keys[i], v_ranks[i], p_metadata,
-         case when v_has_parents[i] then v_wait[i] end,
-         case when v_has_parents[i] then p_run_on_parent_failure end,
-         v_failure[i], p_batch_id, v_named[i]
-    from generate_series(1, v_count) i
-   order by i;
+  select n.* from new_job n where n.status <> 5 order by n.seq;
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
   select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]
     from generate_series(1, coalesce(cardinality(v_child), 0)) e;
   if cardinality(v_external) > 0 then
-    update pyjobq.job p
-       set has_dependants = true
-     where p.job_id = any (v_external)
-       and not p.has_dependants;
+    perform pyjobq._mark_parents(v_external);
   end if;
   if p_batch_id is not null then
     perform pyjobq._batch_add(p_batch_id, v_count);
@@ -5244,6 +5331,30 @@ comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, t
   'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
   'job_enqueue makes each. Returns every row, created.';
 
+-- The mark of parents named by a new child (has_dependants), live or ended:
+-- job_prune keeps an ended one while the child has yet to end, and deletes
+-- the edges with it.
+create function pyjobq._mark_parents(p_parents uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+  update pyjobq.job_history p
+     set has_dependants = true
+   where p.job_id = any (p_parents)
+     and not p.has_dependants;
+end;
+$$;
+
+comment on function pyjobq._mark_parents(uuid[]) is
+  'Marks the jobs p_parents, live or ended, as having dependants (has_dependants).';
+
 -- The rows of job_edge for a new child of parents locked by _lock_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
@@ -5257,13 +5368,8 @@ begin
     from (select d.id, min(d.ord)::int as ord
             from unnest(p_parents) with ordinality d(id, ord)
            group by d.id) u
-    join pyjobq.job p on p.job_id = u.id;
-  -- Ended parents too: job_prune keeps them while the child has yet to end,
-  -- and deletes the edges with them.
-  update pyjobq.job p
-     set has_dependants = true
-   where p.job_id = any (p_parents)
-     and not p.has_dependants;
+    join pyjobq.job_all p on p.job_id = u.id;
+  perform pyjobq._mark_parents(p_parents);
 end;
 $$;
 
@@ -5293,7 +5399,7 @@ begin
    where j.job_id in (
            with recursive reach (job_id, root, cancels) as (
              select r.job_id, true, p_cancelling or r.status in (4, 5)
-               from pyjobq.job r
+               from pyjobq.job_all r
               where r.job_id = any (p_jobs)
              union
              select c.job_id, false, r.cancels and not c.run_on_parent_failure
@@ -5335,18 +5441,17 @@ declare
 begin
   -- A completion takes one generation, in id order (below); a failure may
   -- take several, so it takes them all first (_lock_reach).
-  if exists (select from pyjobq.job p where p.job_id = any (p_ended) and p.status <> 3) then
+  if exists (select from pyjobq.job_history p where p.job_id = any (p_ended) and p.status <> 3) then
     perform pyjobq._lock_reach(p_ended, false);
   end if;
   while cardinality(v_ended) > 0 loop
     with resolved as (
       update pyjobq.job_edge e
          set resolved = true
-        from pyjobq.job p
+        from pyjobq.job_history p
        where e.parent_id = any (v_ended)
          and not e.resolved
          and p.job_id = e.parent_id
-         and p.status in (3, 4, 5)
       returning e.child_id, e.parent_id, p.status
     ), per_child as (
       select r.child_id, count(*)::int as resolved,
@@ -5355,10 +5460,11 @@ begin
         from resolved r
        group by r.child_id
     ), locked as materialized (
-      -- Each child with what resolved for it, in one row: the update below
-      -- finds each child by its key, never by walking two lists against each
+      -- Each child with what resolved for it, in one row: the statements below
+      -- find each child by its key, never by walking two lists against each
       -- other (a parent of 10,000 children would make that quadratic).
-      select c.job_id, n.resolved, n.failure
+      select c.job_id, n.resolved, n.failure,
+             n.failure is not null and not c.run_on_parent_failure as cancels
         from pyjobq.job c
         join per_child n on n.child_id = c.job_id
        where c.status = 6
@@ -5367,25 +5473,34 @@ begin
     ), changed as (
       update pyjobq.job c
          set waiting_on = c.waiting_on - n.resolved,
-             status = case when n.failure is not null and not c.run_on_parent_failure then 5
-                           when c.waiting_on = n.resolved then 1
-                           else 6 end,
-             run_after = case when (n.failure is null or c.run_on_parent_failure) and c.waiting_on = n.resolved
+             status = case when c.waiting_on = n.resolved then 1 else 6 end,
+             run_after = case when c.waiting_on = n.resolved
                               then pyjobq._pending_from(greatest(c.run_after, p_now), p_now, false)
                               else c.run_after end,
-             last_error = case when n.failure is not null and not c.run_on_parent_failure then n.failure
-                               else c.last_error end,
              updated_at = p_now
         from locked n
        where c.job_id = n.job_id
          and c.status = 6
-      returning c.job_id, c.status, c.job_type, c.has_dependants, c.batch_id
+         and not n.cancels
+      returning c.job_id, c.status, c.job_type
+    ), cancelled as (
+      -- A parent that ended DEAD or CANCELLED ends the child CANCELLED.
+      delete from pyjobq.job c
+       using locked n
+       where c.job_id = n.job_id
+         and c.status = 6
+         and n.cancels
+      returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
+    ), moved as (
+      select pyjobq._to_history(array_agg(x.ended), 5::smallint, p_now, null, array_agg(x.failure),
+                                array_agg(x.waiting)),
+             array_agg(x.job_id) filter (where x.has_dependants) as next,
+             array_agg(x.job_id) filter (where x.batch_id is not null) as members
+        from cancelled x
     )
-    select array_agg(ch.job_id) filter (where ch.status = 5 and ch.has_dependants),
-           array_agg(ch.job_id) filter (where ch.status = 5 and ch.batch_id is not null),
-           array_agg(distinct ch.job_type) filter (where ch.status = 1)
+    select m.next, m.members, (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch)
       into v_ended, v_cancelled, v_types
-      from changed ch;
+      from moved m;
     v_members := v_members || v_cancelled;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
@@ -5419,7 +5534,7 @@ begin
                                               'status', pyjobq._status_name(p.status), 'result', p.result)
                            order by e.ord)
             from pyjobq.job_edge e
-            left join pyjobq.job p on p.job_id = e.parent_id
+            left join pyjobq.job_all p on p.job_id = e.parent_id
            where e.child_id = p_job_id);
 end;
 $$;
@@ -5441,17 +5556,17 @@ begin
       using errcode = '22004',
             hint = 'Pass the job_id that job_enqueue returned.';
   end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job j where j.job_id = p_job_id));
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
   return query
   select 'parent', e.parent_id, p.job_type::int, p.status::int, pyjobq._status_name(p.status), e.resolved
     from pyjobq.job_edge e
-    left join pyjobq.job p on p.job_id = e.parent_id
+    left join pyjobq.job_all p on p.job_id = e.parent_id
    where e.child_id = p_job_id
    order by e.ord;
   return query
   select 'dependant', e.child_id, c.job_type::int, c.status::int, pyjobq._status_name(c.status), e.resolved
     from pyjobq.job_edge e
-    left join pyjobq.job c on c.job_id = e.child_id
+    left join pyjobq.job_all c on c.job_id = e.child_id
    where e.parent_id = p_job_id
    order by c.seq, e.child_id;
 end;
@@ -5680,7 +5795,7 @@ begin
   with members as (
     select j.batch_id, coalesce(u.left_as, j.status) as status
       from unnest(p_ids, p_left) u(id, left_as)
-      join pyjobq.job j on j.job_id = u.id
+      join pyjobq.job_all j on j.job_id = u.id
      where j.batch_id is not null
   ), locked as materialized (
     -- In id order: two calls counting members of the same batches cannot deadlock.
@@ -5793,6 +5908,261 @@ comment on function pyjobq.job_batch_get(uuid) is
   '(total), how many have yet to end (active) and how many ended DONE, DEAD and CANCELLED, and the callback '
   'jobs enqueued so far. No row when there is no such batch.';
 
+-- History -----------------------------------------------------------------------
+--
+-- The jobs that ended are in job_history, partitioned by the day (UTC) they
+-- ended: job_history_YYYYMMDD holds [that day, the next). Its partitions are
+-- made ahead by job_history_maintain, which every job_reap calls (so every
+-- worker keeps them, whatever its language), and which ANALYZEs the history
+-- as it makes a day's partition: autovacuum never analyzes a partitioned
+-- table, and job_counts estimates the DONE jobs from those statistics. A job
+-- that ends on a day that has no partition yet goes to job_history_default,
+-- and moves to the day's partition when it is made.
+--
+-- Retention drops partitions: job_prune drops whole each day that ended
+-- before its cutoff (a moment's exclusive lock on job_history, no dead rows,
+-- nothing left to vacuum), and deletes row by row only what is older than the
+-- cutoff in the others (the day the cutoff falls in, the default partition).
+
+-- The end of jobs: p_rows, just deleted from pyjobq.job by the caller (which
+-- checked that it may end them), go to job_history as p_status at p_now,
+-- each with its result, last error and waiting_on from p_results, p_errors
+-- and p_waiting where those are given (null arrays: kept), without their
+-- lease, and without their worker when p_clear_worker.
+create function pyjobq._to_history(
+  p_rows pyjobq.job[],
+  p_status smallint,
+  p_now timestamptz,
+  p_results jsonb[] default null,
+  p_errors text[] default null,
+  p_waiting int[] default null,
+  p_clear_worker boolean default false
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  insert into pyjobq.job_history
+    (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+     lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+     notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+     has_dependants, batch_id)
+  select r.job_id, r.job_type, p_status, r.priority, r.payload,
+         case when p_results is null then r.result else p_results[r.ordinality] end,
+         r.dedupe_key, r.attempts, r.max_attempts, r.run_after, null,
+         case when not p_clear_worker then r.worker_id end, r.run_started_at,
+         case when p_errors is null then r.last_error else p_errors[r.ordinality] end,
+         r.created_at, p_now, r.seq, r.attempts_refunded, r.notify_done, r.lease_token, r.concurrency_key,
+         r.fair_rank, r.metadata,
+         case when p_waiting is null then r.waiting_on else p_waiting[r.ordinality] end,
+         r.run_on_parent_failure, r.has_dependants, r.batch_id
+    from unnest(p_rows) with ordinality as r;
+end;
+$$;
+
+comment on function pyjobq._to_history(pyjobq.job[], smallint, timestamptz, jsonb[], text[], int[], boolean) is
+  'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended p_status at p_now, with '
+  'p_results, p_errors and p_waiting (position by position) where given, and without the worker when '
+  'p_clear_worker.';
+
+-- The partition of day p_day, made if it is missing: created alone, given
+-- the rows the default partition holds for its day, then attached, while
+-- inserts into job_history wait (readers do not, except of the default
+-- partition, which the attach checks for rows of the day).
+create function pyjobq._history_day(p_day date)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set timezone = 'UTC'
+as $$
+declare
+  v_name text := 'job_history_' || to_char(p_day, 'YYYYMMDD');
+  v_from timestamptz := p_day::timestamp;
+  v_to timestamptz := (p_day + 1)::timestamp;
+begin
+  if to_regclass('pyjobq.' || v_name) is not null then
+    return false;
+  end if;
+  execute format('create table pyjobq.%I (like pyjobq.job_history including constraints)', v_name);
+  execute format('alter table pyjobq.%I set (autovacuum_vacuum_insert_scale_factor = 0, '
+                 'autovacuum_vacuum_insert_threshold = 100000)', v_name);
+  execute format('comment on table pyjobq.%I is %L', v_name,
+                 format('The jobs that ended on %s (UTC): a partition of job_history.', p_day));
+  -- No job ends from here to the commit: an insert routed to the default
+  -- partition by the partitions it knew before the attach would fail the
+  -- default's new constraint instead. Ends wait for the few milliseconds
+  -- this takes, once a day.
+  lock table pyjobq.job_history in share row exclusive mode;
+  lock table pyjobq.job_history_default in access exclusive mode;
+  execute format('with moved as (delete from pyjobq.job_history_default d'
+                 '                where d.updated_at >= $1 and d.updated_at < $2 returning d.*)'
+                 ' insert into pyjobq.%I select * from moved', v_name)
+    using v_from, v_to;
+  execute format('alter table pyjobq.job_history attach partition pyjobq.%I for values from (%L) to (%L)',
+                 v_name, v_from, v_to);
+  return true;
+end;
+$$;
+
+comment on function pyjobq._history_day(date) is
+  'Makes job_history_YYYYMMDD, the history''s partition of day p_day (UTC), with the rows the default '
+  'partition holds for it, unless it exists; true when it made it.';
+
+create function pyjobq.job_history_maintain(p_days_ahead int default null)
+returns int
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set timezone = 'UTC'
+set lock_timeout = '100ms'
+as $$
+declare
+  v_ahead int := coalesce(p_days_ahead, 1);
+  v_today date := pyjobq.clock_now()::date;
+  v_made int := 0;
+begin
+  perform pyjobq._check_range('p_days_ahead', v_ahead, 0, 31);
+  -- Nothing to do, the common case: one catalog lookup.
+  if to_regclass('pyjobq.job_history_' || to_char(v_today + v_ahead, 'YYYYMMDD')) is not null then
+    return 0;
+  end if;
+  -- One maintainer at a time; the others have nothing to add.
+  if not pg_try_advisory_xact_lock(hashtext('pyjobq.job_history_maintain')) then
+    return 0;
+  end if;
+  for v_day in 0 .. v_ahead loop
+    if pyjobq._history_day(v_today + v_day) then
+      v_made := v_made + 1;
+    end if;
+  end loop;
+  analyze pyjobq.job_history;
+  return v_made;
+end;
+$$;
+
+comment on function pyjobq.job_history_maintain(int) is
+  'Makes the partitions of job_history for today and the next p_days_ahead (0..31, default 1) days (UTC) '
+  'that are missing, moving into each the rows the default partition holds for its day, and then ANALYZEs '
+  'job_history, which autovacuum never does. Returns how many partitions it made (0 at once when the last '
+  'one exists). job_reap calls it; waits at most 100 ms for a lock (55P03 otherwise: call again later), so '
+  'that the sessions queued behind it wait no longer.';
+
+create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
+returns bigint
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set timezone = 'UTC'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 10000);
+  v_cutoff timestamptz;
+  v_day record;
+  v_rows bigint;
+  v_kept boolean;
+  v_deleted bigint := 0;
+  v_dropped int := 0;
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
+    raise exception 'p_older_than must be an interval between 0 and 100 years'
+      using errcode = case when p_older_than is null then '22004' else '22023' end,
+            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
+            hint = 'e.g. ''7 days''.';
+  end if;
+  v_cutoff := v_now - p_older_than;
+  -- Whole days first: the partition of each day that ended by the cutoff is
+  -- dropped, unless it holds a parent with a dependant yet to end (the
+  -- dependant's handler reads its result; its day goes row by row, below).
+  -- The drop waits at most 100 ms for its lock on job_history, which every
+  -- completion's insert waits behind meanwhile; a day it cannot have now is
+  -- left to the next call.
+  for v_day in
+    select c.oid::regclass as part
+      from pg_partition_tree('pyjobq.job_history') t
+      join pg_class c on c.oid = t.relid
+     where t.isleaf
+       and c.relname ~ '^job_history_[0-9]{8}$'
+       and (to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp <= v_cutoff
+     order by c.relname
+  loop
+    execute format('select exists (select from %s h'
+                   '                 join pyjobq.job_edge e on e.parent_id = h.job_id'
+                   '                 join pyjobq.job c on c.job_id = e.child_id'
+                   '                where (h.has_dependants or h.waiting_on is not null) and h.has_dependants)',
+                   v_day.part)
+      into v_kept;
+    continue when v_kept;
+    begin
+      perform set_config('lock_timeout', '100ms', true);
+      execute format('lock table %s in access exclusive mode', v_day.part);
+      execute format('select count(*) from %s', v_day.part) into v_rows;
+      -- The edges go with the jobs (the index of graph jobs finds them).
+      execute format('delete from pyjobq.job_edge e using %s h'
+                     ' where (h.has_dependants or h.waiting_on is not null)'
+                     '   and (e.parent_id = h.job_id or e.child_id = h.job_id)', v_day.part);
+      execute format('drop table %s', v_day.part);
+      v_deleted := v_deleted + v_rows;
+      v_dropped := v_dropped + 1;
+    exception when lock_not_available then
+      null;
+    end;
+    perform set_config('lock_timeout', '5s', true);
+  end loop;
+  -- Then row by row, up to p_limit: what is older than the cutoff in the
+  -- partitions that stay (the day the cutoff falls in, the default one).
+  -- A parent stays while a dependant of it has yet to end: the dependant's
+  -- handler reads its result. The edges go with the jobs.
+  with doomed as (
+    select d.job_id
+      from pyjobq.job_history d
+     where d.updated_at < v_cutoff
+       and not (d.has_dependants
+                and exists (select from pyjobq.job_edge e
+                              join pyjobq.job c on c.job_id = e.child_id
+                             where e.parent_id = d.job_id))
+     limit v_limit
+       for update skip locked
+  ), deleted as (
+    delete from pyjobq.job_history j
+     using doomed d
+     where j.job_id = d.job_id
+    returning j.job_id, j.has_dependants, j.waiting_on is not null as has_parents
+  ), edges_out as (
+    delete from pyjobq.job_edge e using deleted x where x.has_dependants and e.parent_id = x.job_id
+  ), edges_in as (
+    delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
+  )
+  select v_deleted + count(*) into v_deleted from deleted;
+  -- A finished batch goes once its members have.
+  delete from pyjobq.job_batch b
+   where b.finished_at < v_cutoff
+     and not exists (select from pyjobq.job_all j where j.batch_id = b.batch_id);
+  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit,
+                                                               'days_dropped', v_dropped));
+  -- A rate window with no claim for longer than any period (a day at most)
+  -- counts nothing; an hour more leaves a claim that started before it alone.
+  delete from pyjobq.rate_window w
+   where w.claimed_at[cardinality(w.claimed_at)] < v_now - interval '25 hours';
+  return v_deleted;
+end;
+$$;
+
+comment on function pyjobq.job_prune(interval, int) is
+  'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
+  'a parent with a dependant yet to end), with their dependency edges: first every day of history that ended '
+  'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
+  'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
+  'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
+  'returns less than p_limit. Also drops the rate windows with no claim in the last 25 hours, which count '
+  'nothing. A call that deleted jobs writes a line to the audit log (job_audit), with the days it dropped.';
+
 -- Privileges ------------------------------------------------------------------
 
 -- The tables are private: roles other than the owner reach the queue only
@@ -5873,6 +6243,7 @@ begin
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_audit(bigint, int),
     pyjobq.job_prune(interval, int),
+    pyjobq.job_history_maintain(int),
     pyjobq.job_type_register(int, text),
     pyjobq.job_type_grant(int, text, text),
     pyjobq.job_type_revoke(int, text, text),
@@ -5898,7 +6269,8 @@ comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, batches, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
   'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies, batch get) and pyjobq_admin (counts, '
-  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, audit, '
+  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, history '
+  'maintenance, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

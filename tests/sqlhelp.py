@@ -39,7 +39,7 @@ def raises_sqlstate(sqlstate: str) -> Iterator[None]:
 
 def table_snapshot(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     """Every job row, for asserting that a failed call changed nothing."""
-    return conn.execute("select j.* from pyjobq.job j order by j.job_id").fetchall()
+    return conn.execute("select j.* from pyjobq.job_all j order by j.job_id").fetchall()
 
 
 def one_row(
@@ -78,7 +78,7 @@ def status_of(conn: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
     return one_row(
         conn,
         "select status, attempts, worker_id, run_after, lease_until"
-        " from pyjobq.job where job_id = %s",
+        " from pyjobq.job_all where job_id = %s",
         (job_id,),
     )
 

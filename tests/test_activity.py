@@ -39,7 +39,8 @@ def test_each_way_out_of_running_is_counted_in_its_minute(conn: Conn) -> None:
     enqueue(conn, 1, "{}", None, None, None, 2)  # two tries: its failure retries
     jobs = claimed(conn, "w1", 5)
     by_type = {
-        r[0]: one(conn, "select job_type from pyjobq.job where job_id = %s", (r[0],)) for r in jobs
+        r[0]: one(conn, "select job_type from pyjobq.job_all where job_id = %s", (r[0],))
+        for r in jobs
     }
     ones = [r for r in jobs if by_type[r[0]] == 1]
     two = next(r for r in jobs if by_type[r[0]] == 2)
@@ -54,7 +55,7 @@ def test_each_way_out_of_running_is_counted_in_its_minute(conn: Conn) -> None:
             "select * from pyjobq.job_fail(%s, 'w1', %s, 'boom', 0, null, %s)",
             (job_id, attempt, token),
         )
-    retried = one(conn, "select count(*) from pyjobq.job where status = 1")
+    retried = one(conn, "select count(*) from pyjobq.job_all where status = 1")
     assert retried == 1
     # The retried job, claimed again a minute later, is reaped after its lease.
     freeze(conn, FROZEN + timedelta(minutes=1, seconds=5))
@@ -115,7 +116,7 @@ def test_parallel_completions_are_all_counted(conn: Conn, dsn: str) -> None:
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         done = pool.starmap(_complete_in_own_session, [(dsn, f"w{i}", 2000) for i in range(4)])
     assert sum(done) == 2000
-    assert one(conn, "select count(*) from pyjobq.job where status = 3") == 2000
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 3") == 2000
     assert one(conn, "select sum(completed) from pyjobq.job_throughput(60)") == 2000
     seen = conn.execute(
         "select worker_id, completed from pyjobq.job_workers() order by worker_id"
@@ -217,13 +218,13 @@ def test_operator_actions_write_who_what_and_how_many(conn: Conn, login_role: An
         admin.execute("select * from pyjobq.job_redrive(%s)", (ids[:1],))
         with admin.transaction(force_rollback=True):  # undone: no line either
             admin.execute("select * from pyjobq.job_cancel(%s)", (ids[2:],))
-        conn.execute("update pyjobq.job set updated_at = updated_at - interval '1 day'")
+        conn.execute("update pyjobq.job_history set updated_at = updated_at - interval '1 day'")
         admin.execute("select pyjobq.job_prune('1 hour')")
         lines = admin.execute(
             "select role, actor, action, jobs, detail from pyjobq.job_audit()"
         ).fetchall()
     assert lines == [
-        (role, None, "prune", 1, {"older_than": "01:00:00", "limit": 10000}),
+        (role, None, "prune", 1, {"older_than": "01:00:00", "limit": 10000, "days_dropped": 0}),
         (
             role,
             None,

@@ -63,7 +63,7 @@ def test_async_lifecycle_on_the_database_the_sync_binding_sees(dsn: str, conn: C
             assert tally == [(c.job_type, c.status, c.jobs) for c in sync.counts()]
 
     asyncio.run(scenario())
-    status = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    status = dict(conn.execute("select job_id, status from pyjobq.job_all").fetchall())
     assert sorted(status.values()) == [1, 1, 3, 3]
 
 
@@ -78,7 +78,7 @@ def test_async_enqueue_in_the_callers_transaction_rolls_back_with_it(dsn: str, c
                 await q.enqueue(JobType.SEARCH, {"q": "kept"})
 
     asyncio.run(scenario())
-    payloads = [r[0] for r in conn.execute("select payload from pyjobq.job").fetchall()]
+    payloads = [r[0] for r in conn.execute("select payload from pyjobq.job_all").fetchall()]
     assert payloads == [{"q": "kept"}]
 
 
@@ -91,4 +91,4 @@ def test_async_queue_on_a_pool_commits_each_call(dsn: str, conn: Conn) -> None:
             assert len(await q.claim("w1", 5)) == 1
 
     asyncio.run(scenario())
-    assert conn.execute("select status from pyjobq.job").fetchall() == [(2,)]
+    assert conn.execute("select status from pyjobq.job_all").fetchall() == [(2,)]

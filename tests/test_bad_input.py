@@ -208,5 +208,5 @@ def test_arrays_not_numbered_from_one_pair_their_elements_in_order(conn: Conn) -
         f"select ord from pyjobq.job_enqueue_many(1, {payloads}, '[5:6]={{ka,kb}}'::text[])"
     ).fetchall()
     assert ords == [(1,), (2,)]
-    stored = conn.execute("select dedupe_key, payload from pyjobq.job order by seq").fetchall()
+    stored = conn.execute("select dedupe_key, payload from pyjobq.job_all order by seq").fetchall()
     assert stored == [("ka", {"n": 0}), ("kb", {"n": 1})]

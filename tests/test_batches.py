@@ -49,7 +49,7 @@ def held(conn: Conn) -> dict[Any, tuple[Any, Any]]:
 def callbacks(conn: Conn, batch_id: Any) -> list[tuple[str, dict[str, Any]]]:
     """The callback jobs enqueued for the batch, by name: (which, the batch counts they carry)."""
     rows = conn.execute(
-        "select payload from pyjobq.job"
+        "select payload from pyjobq.job_all"
         " where job_type = 2 and payload -> 'batch' ->> 'batch_id' = %s order by seq",
         (str(batch_id),),
     ).fetchall()
@@ -126,7 +126,7 @@ def test_members_cancelled_through_a_parent_are_counted(conn: Conn) -> None:
     )
     conn.execute("select pyjobq.job_batch_close(%s)", (batch,))
     conn.execute("select * from pyjobq.job_cancel(%s)", ([parent],))
-    assert one(conn, "select status from pyjobq.job where job_id = %s", (child,)) == 5
+    assert one(conn, "select status from pyjobq.job_all where job_id = %s", (child,)) == 5
     assert conn.execute(BATCH, (batch,)).fetchall() == [("finished", 1, 0, 0, 0, 1)]
 
 

@@ -117,7 +117,7 @@ def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
     assert [c.completed for c in again] == [True]
     stale = q.complete_many("w2", [jobs[0].job_id], [jobs[0].attempt])
     assert [c.completed for c in stale] == [False]
-    result = conn.execute("select result from pyjobq.job where job_id = %s", [jobs[0].job_id])
+    result = conn.execute("select result from pyjobq.job_all where job_id = %s", [jobs[0].job_id])
     assert result.fetchone() == (None,)
 
 
@@ -127,7 +127,7 @@ def test_enqueue_many_names_the_first_payload_that_is_not_an_object(conn: Conn) 
     with pytest.raises(InvalidArgument, match=r"p_payloads\[3\] must be a JSON object"):
         q.enqueue_many(JobType.OUTBOX, payloads)
     conn.rollback()
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (0,)
 
 
 def test_reap_redrive_prune_and_types(conn: Conn) -> None:
@@ -160,14 +160,14 @@ def test_enqueue_joins_the_callers_transaction_outbox_style(dsn: str, conn: Conn
         tx_conn.execute("insert into orders values (1)")
         q.enqueue(JobType.OUTBOX, {"order": 1})
         tx_conn.rollback()
-        assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
+        assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (0,)
         tx_conn.execute("insert into orders values (2)")
         q.enqueue(JobType.OUTBOX, {"order": 2})
-        assert conn.execute("select count(*) from pyjobq.job").fetchone() == (
+        assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (
             0,
         )  # not yet committed
         tx_conn.commit()
-    assert conn.execute("select payload from pyjobq.job").fetchall() == [({"order": 2},)]
+    assert conn.execute("select payload from pyjobq.job_all").fetchall() == [({"order": 2},)]
     assert conn.execute("select id from orders").fetchall() == [(2,)]
 
 
@@ -175,11 +175,11 @@ def test_a_pool_commits_each_call(dsn: str, conn: Conn) -> None:
     with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
         q = JobQueue(pool)
         job_id = q.enqueue(JobType.SEARCH).job_id
-        assert conn.execute("select status from pyjobq.job").fetchone() == (JobStatus.PENDING,)
+        assert conn.execute("select status from pyjobq.job_all").fetchone() == (JobStatus.PENDING,)
         (job,) = q.claim("w1")
         q.complete(job.job_id, "w1", job.attempt)
     assert conn.execute(
-        "select status from pyjobq.job where job_id = %s", (job_id,)
+        "select status from pyjobq.job_all where job_id = %s", (job_id,)
     ).fetchone() == (JobStatus.DONE,)
 
 

@@ -67,10 +67,23 @@ def test_python_enums_match_the_sql_codes(conn: Conn) -> None:
     assert sorted(statuses) == sorted((s.value, s.name) for s in JobStatus)
     types = dict(conn.execute("select job_type, name from pyjobq.job_types()").fetchall())
     assert {t.value: t.name for t in JobType} == types
-    checks = conn.execute(
-        "select pg_get_constraintdef(oid) from pg_constraint where conname = 'job_status_valid'"
-    ).fetchone()
-    assert checks == (f"CHECK (((status >= {min(JobStatus)}) AND (status <= {max(JobStatus)})))",)
+    checks = dict(
+        conn.execute(
+            "select conname, pg_get_constraintdef(oid) from pg_constraint"
+            " where conname in ('job_status_active', 'job_history_ended')"
+            " and conrelid in ('pyjobq.job'::regclass, 'pyjobq.job_history'::regclass)"
+        ).fetchall()
+    )
+    live, ended = (
+        (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),
+        (JobStatus.DONE, JobStatus.CANCELLED),
+    )
+    codes = ", ".join(str(s.value) for s in live)
+    assert checks == {
+        "job_status_active": f"CHECK ((status = ANY (ARRAY[{codes}])))",
+        "job_history_ended": f"CHECK (((status >= {ended[0]}) AND (status <= {ended[1]})))",
+    }
+    assert set(JobStatus) == {*live, *range(ended[0], ended[1] + 1)}
 
 
 def nested_plans(
@@ -174,12 +187,12 @@ def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: C
     bulk_load_unanalyzed(conn, 20000)
     conn.execute("analyze pyjobq.job")  # statistics taken while no job was RUNNING
     conn.execute("select count(*) from pyjobq.job_claim('w1', 1000)")
-    held = conn.execute("select job_id from pyjobq.job where status = 2 limit 70").fetchall()
+    held = conn.execute("select job_id from pyjobq.job_all where status = 2 limit 70").fetchall()
     batches = [[r[0] for r in held[i : i + 10]] for i in range(0, 70, 10)]
     plans: list[dict[str, Any]] = []
     complete = "select * from pyjobq.job_complete_many('w1', %s, array_fill(1, array[10]))"
     for batch in batches:
-        plans += nested_plans(conn, complete, "update pyjobq.job", 1, (batch,))
+        plans += nested_plans(conn, complete, "delete from pyjobq.job", 1, (batch,))
     assert len(plans) == 7
     for plan in plans:
         nodes = node_types(plan)
@@ -191,4 +204,4 @@ def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: C
         # A lookup per input job, not a full walk of the index joined to the input.
         assert all("Index Cond" in scan for scan in index_scans(plan, "job_pkey")), plan
         assert "JIT" not in json.dumps(plan)
-    assert conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() == (70,)
+    assert conn.execute("select count(*) from pyjobq.job_all where status = 3").fetchone() == (70,)

@@ -80,7 +80,7 @@ def test_jobs_left_behind_by_a_rolled_back_claim_are_taken_when_the_rest_runs_dr
     assert ids(claim(conn, limit=2)) == jobs[6:8]
     taken = ids(claim(conn, limit=10))
     assert sorted(taken, key=jobs.index) == jobs[:3] + jobs[8:]
-    assert conn.execute("select count(*) from pyjobq.job where status = 1").fetchone() == (0,)
+    assert conn.execute("select count(*) from pyjobq.job_all where status = 1").fetchone() == (0,)
 
 
 def test_a_clock_set_back_voids_the_front_for_good(conn: Conn) -> None:
@@ -115,7 +115,7 @@ def drain_batches(conn: Conn, batches: int, limit: int = 20, tick: float = 0.0) 
 
 
 def pending(conn: Conn) -> int:
-    return int(one(conn, "select count(*) from pyjobq.job where status = 1"))
+    return int(one(conn, "select count(*) from pyjobq.job_all where status = 1"))
 
 
 def test_a_late_committing_enqueue_waits_at_most_the_front_lifetime(

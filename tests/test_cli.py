@@ -48,7 +48,7 @@ def pyjobq(
 
 
 def jobs(conn: Conn) -> int:
-    row = conn.execute("select count(*) from pyjobq.job").fetchone()
+    row = conn.execute("select count(*) from pyjobq.job_all").fetchone()
     return 0 if row is None else int(row[0])
 
 
@@ -60,7 +60,7 @@ def test_enqueue_one_and_many_then_counts_and_types(dsn: str, conn: Conn) -> Non
     bulk = pyjobq("enqueue", "2", "-", stdin=lines, dsn=dsn)
     assert bulk.returncode == 0, bulk.stderr
     assert len(bulk.stdout.splitlines()) == 3
-    assert conn.execute("select priority from pyjobq.job where job_type = 1").fetchone() == (5,)
+    assert conn.execute("select priority from pyjobq.job_all where job_type = 1").fetchone() == (5,)
     counts = pyjobq("counts", "--dsn", dsn)
     assert counts.returncode == 0, counts.stderr
     assert [line.split()[:4] for line in counts.stdout.splitlines() if "PENDING" in line] == [
@@ -210,7 +210,7 @@ def test_worker_takes_handlers_and_types_by_registered_name(
         dsn=dsn,
         cwd=tmp_path,
     )
-    done = conn.execute("select job_type from pyjobq.job where status = 3").fetchall()
+    done = conn.execute("select job_type from pyjobq.job_all where status = 3").fetchall()
     assert done == [(1,)]
 
 
@@ -366,7 +366,7 @@ def test_enqueue_names_parents_and_a_batch_and_show_prints_the_graph(dsn: str, c
     assert [(d["relation"], d["job_id"]) for d in shown["dependencies"]] == [("parent", parent)]
     many = pyjobq("enqueue", "SEARCH", "-", "--depends-on", parent, dsn=dsn, stdin="{}\n{}\n")
     assert many.returncode == 0, many.stderr
-    assert one(conn, "select count(*) from pyjobq.job where status = 6") == 3
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 6") == 3
     refused = pyjobq("enqueue", "SEARCH", "--depends-on", str(uuid.uuid4()), dsn=dsn)
     assert refused.returncode != 0
     assert "not found" in refused.stderr
@@ -393,7 +393,7 @@ def test_batch_opens_with_callbacks_closes_shows_and_waits(dsn: str, conn: Conn)
     finished = json.loads(waited.stdout)
     assert (finished["state"], finished["done"], finished["active"]) == ("finished", 2, 0)
     payload = one(
-        conn, "select payload from pyjobq.job where job_id = %s", (finished["finish_job"],)
+        conn, "select payload from pyjobq.job_all where job_id = %s", (finished["finish_job"],)
     )
     assert (payload["to"], payload["batch"]["done"]) == ("ops", 2)
 
@@ -429,7 +429,7 @@ def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
         proc.kill()
     assert proc.returncode == 1, err
     assert "left to its lease" in err
-    status = one(conn, "select status, worker_id from pyjobq.job where job_id = %s", (job_id,))
+    status = one(conn, "select status, worker_id from pyjobq.job_all where job_id = %s", (job_id,))
     assert status == 2  # still held: its lease runs out, a reaper takes it back
 
 
@@ -475,7 +475,7 @@ def test_jobs_and_cancel_through_the_command_line_process(dsn: str, conn: Conn) 
     cancelled = pyjobq("cancel", str(pending), str(finished), dsn=dsn)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.splitlines() == [f"{pending} cancelled", f"{finished} finished"]
-    statuses_now = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    statuses_now = dict(conn.execute("select job_id, status from pyjobq.job_all").fetchall())
     assert statuses_now == {pending: 5, finished: 3}
 
 
@@ -536,6 +536,6 @@ def test_limits_are_set_and_listed(dsn: str, conn: Conn) -> None:
     assert "p_rate_period must be at least 1 millisecond and at most 1 day" in refused.stderr
     keyed = pyjobq("enqueue", "SEARCH", "--concurrency-key", "tenant-7", dsn=dsn)
     assert keyed.returncode == 0, keyed.stderr
-    assert one(conn, "select concurrency_key from pyjobq.job") == "tenant-7"
+    assert one(conn, "select concurrency_key from pyjobq.job_all") == "tenant-7"
     assert pyjobq("limits", "set", "SEARCH", dsn=dsn).stdout == "SEARCH\tno limits\n"
     assert pyjobq("limits", dsn=dsn).stdout == ""

@@ -63,7 +63,7 @@ def test_eight_workers_claim_every_job_exactly_once(conn: Conn, make_conn: Any) 
     assert len(set(claimed)) == JOBS
     assert Counter(completed) == Counter(claimed)
     assert conn.execute(
-        "select count(*), min(attempts), max(attempts) from pyjobq.job where status = 3"
+        "select count(*), min(attempts), max(attempts) from pyjobq.job_all where status = 3"
     ).fetchone() == (JOBS, 1, 1)
 
 
@@ -108,7 +108,7 @@ def test_reapers_racing_completers_never_both_win(conn: Conn, make_conn: Any) ->
                 with lock:
                     reaped.extend(r[0] for r in rows)
                 if not rows and c.execute(
-                    "select count(*) from pyjobq.job where status = 2"
+                    "select count(*) from pyjobq.job_all where status = 2"
                 ).fetchone() == (0,):
                     return
 
@@ -119,7 +119,7 @@ def test_reapers_racing_completers_never_both_win(conn: Conn, make_conn: Any) ->
     assert len(completed) + len(reaped) == jobs
     assert len(set(reaped)) == len(reaped)
     counts = dict(
-        conn.execute("select status, count(*) from pyjobq.job group by status").fetchall()
+        conn.execute("select status, count(*) from pyjobq.job_all group by status").fetchall()
     )
     assert counts == {k: v for k, v in {3: len(completed), 1: len(reaped)}.items() if v}
 
@@ -138,7 +138,7 @@ def test_reaper_waits_for_nobody_and_a_completion_that_commits_first_wins(
         # The row is locked by the uncommitted completion: the reaper skips it at once.
         assert reaper.execute("select * from pyjobq.job_reap()").fetchall() == []
     assert reaper.execute("select * from pyjobq.job_reap()").fetchall() == []
-    assert conn.execute("select status from pyjobq.job").fetchone() == (3,)
+    assert conn.execute("select status from pyjobq.job_all").fetchone() == (3,)
 
 
 def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_conn: Any) -> None:
@@ -164,7 +164,7 @@ def test_a_completion_that_waited_on_a_reap_reports_lease_lost(conn: Conn, make_
         wait_for_lock_wait(monitor, completer, "the completion to wait on the reaper's lock")
     t.join()
     assert outcome == ["JQ001"]
-    assert conn.execute("select status, attempts from pyjobq.job").fetchone() == (1, 1)
+    assert conn.execute("select status, attempts from pyjobq.job_all").fetchone() == (1, 1)
 
 
 @pytest.mark.slow
@@ -177,5 +177,5 @@ def test_a_call_that_must_wait_gives_up_after_its_lock_timeout(conn: Conn, make_
         with pytest.raises(LockTimeout) as timed_out:
             JobQueue(waiter).complete(job_id, "w1", 1)
     assert timed_out.value.sqlstate == "55P03"
-    assert conn.execute("select status from pyjobq.job").fetchone() == (2,)
+    assert conn.execute("select status from pyjobq.job_all").fetchone() == (2,)
     JobQueue(waiter).complete(job_id, "w1", 1)  # nothing was changed: the holder may finish

@@ -54,7 +54,7 @@ def django_db(dsn: str, conn: Connection) -> Iterator[Connection]:
 
 
 def jobs_for(conn: Connection, email: str) -> int:
-    query = "select count(*) from pyjobq.job where payload->>'email' = %s"
+    query = "select count(*) from pyjobq.job_all where payload->>'email' = %s"
     return int(one(conn, query, (email,)))
 
 
@@ -181,7 +181,7 @@ def test_manage_py_worker_runs_django_handlers_and_stops_on_sigterm(
     worker = manage(dsn, *command, stdout=log, stderr=log)
     try:
         wait_for(
-            lambda: one(django_db, "select count(*) from pyjobq.job where status = 3") == 1,
+            lambda: one(django_db, "select count(*) from pyjobq.job_all where status = 3") == 1,
             "the Django worker to finish the job",
         )
         worker.send_signal(signal.SIGTERM)
@@ -227,4 +227,4 @@ ENDED = {JobStatus.DONE, JobStatus.DEAD}
 
 
 def status(conn: Connection, job_id: UUID) -> JobStatus:
-    return JobStatus(one(conn, "select status from pyjobq.job where job_id = %s", (job_id,)))
+    return JobStatus(one(conn, "select status from pyjobq.job_all where job_id = %s", (job_id,)))

@@ -61,7 +61,7 @@ def engine(dsn: str) -> Any:
 
 
 def jobs_for(conn: Connection, email: str) -> int:
-    query = "select count(*) from pyjobq.job where payload->>'email' = %s"
+    query = "select count(*) from pyjobq.job_all where payload->>'email' = %s"
     return int(one(conn, query, (email,)))
 
 
@@ -84,7 +84,7 @@ def test_a_committed_session_leaves_its_row_and_exactly_one_job(
         assert jobs_for(conn, "ada@example.com") == 0
     assert signups(conn, "ada@example.com") == 1
     assert jobs_for(conn, "ada@example.com") == 1
-    assert one(conn, "select status from pyjobq.job where job_id = %s", (job_id,)) == 1
+    assert one(conn, "select status from pyjobq.job_all where job_id = %s", (job_id,)) == 1
 
 
 def test_a_rolled_back_session_leaves_neither_row_nor_job(engine: Engine, conn: Connection) -> None:
@@ -171,7 +171,7 @@ def test_the_worked_example_keeps_the_committed_order_and_its_job_only(
     assert run.returncode == 0, run.stderr
     assert "second order failed: payment declined" in run.stdout
     assert one(conn, "select array_agg(email) from shop_order") == ["ada@example.com"]
-    keys = one(conn, "select array_agg(dedupe_key) from pyjobq.job where job_type = 2")
+    keys = one(conn, "select array_agg(dedupe_key) from pyjobq.job_all where job_type = 2")
     assert keys == ["order-confirmation:1"]
 
 
@@ -180,4 +180,4 @@ def test_a_session_enqueues_by_the_job_types_name(engine: Engine, conn: Connecti
         session.add(Signup(email="bo@example.com"))
         session.flush()
         job_id = job_queue(session).enqueue("OUTBOX", {"email": "bo@example.com"}).job_id
-    assert one(conn, "select job_type from pyjobq.job where job_id = %s", (job_id,)) == 2
+    assert one(conn, "select job_type from pyjobq.job_all where job_id = %s", (job_id,)) == 2

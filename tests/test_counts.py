@@ -13,14 +13,26 @@ Conn = psycopg.Connection[Any]
 HISTORY = 40_000  # DONE jobs: several MiB of table, beyond the 1 MiB read exactly
 
 
-def finish_history(conn: Conn, jobs: int) -> None:
-    """``jobs`` DONE jobs of type 1, written directly as the owner: what years of drains leave."""
+def finish_history(conn: Conn, jobs: int, job_type: int = 1) -> None:
+    """``jobs`` DONE jobs of ``job_type``, moved to the history directly as the owner, as a
+    completion moves them: what years of drains leave."""
     conn.execute(
-        "select count(*) from pyjobq.job_enqueue_many(1,"
+        "select count(*) from pyjobq.job_enqueue_many(%s,"
         " array(select '{\"n\": 1}'::jsonb from generate_series(1, %s)))",
-        (jobs,),
+        (job_type, jobs),
     )
-    conn.execute("update pyjobq.job set status = 3, attempts = 1 where status = 1")
+    conn.execute(
+        "with done as (delete from pyjobq.job where job_type = %s and status = 1 returning *)"
+        " insert into pyjobq.job_history select job_id, job_type, 3, priority, payload, result,"
+        " dedupe_key, 1, max_attempts, run_after, null, 'history', updated_at, last_error,"
+        " created_at, updated_at, seq, attempts_refunded, notify_done, lease_token,"
+        " concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,"
+        " has_dependants, batch_id from done",
+        (job_type,),
+    )
+
+
+HISTORY_LEAVES = "select relid from pg_partition_tree('pyjobq.job_history') where isleaf"
 
 
 def counts(conn: Conn) -> dict[tuple[int, int], tuple[Any, bool]]:
@@ -38,13 +50,13 @@ def active_jobs(conn: Conn) -> None:
 
 
 def table_reads(conn: Conn) -> tuple[int, int]:
-    """(sequential scans, heap blocks read or hit) of pyjobq.job so far."""
+    """(sequential scans, heap blocks read or hit) of the history's partitions so far."""
     conn.execute("select pg_stat_force_next_flush()")
     conn.execute("select pg_stat_clear_snapshot()")
     row = conn.execute(
-        "select t.seq_scan, io.heap_blks_read + io.heap_blks_hit"
+        "select sum(t.seq_scan)::int, sum(io.heap_blks_read + io.heap_blks_hit)::int"
         " from pg_stat_user_tables t join pg_statio_user_tables io using (relid)"
-        " where t.relid = 'pyjobq.job'::regclass"
+        f" where t.relid in ({HISTORY_LEAVES})"
     ).fetchone()
     assert row is not None
     return row[0], row[1]
@@ -71,7 +83,7 @@ def test_active_and_dead_jobs_are_exact_and_done_an_estimate_on_a_large_history(
     conn.execute("select pg_stat_clear_snapshot()")
     for analyzed in (False, True):
         if analyzed:
-            conn.execute("analyze pyjobq.job")
+            conn.execute("analyze pyjobq.job_history")
         got = counts(conn)
         assert got[(1, 1)] == (3, True)
         assert got[(1, 2)] == (1, True)
@@ -91,16 +103,11 @@ def test_a_type_too_rare_for_the_statistics_gets_what_they_leave(conn: Conn) -> 
     that no share and no exact count accounts for."""
     finish_history(conn, HISTORY)
     rare = 2_000
-    conn.execute(
-        "select count(*) from pyjobq.job_enqueue_many(2,"
-        " array(select '{}'::jsonb from generate_series(1, %s)))",
-        (rare,),
-    )
-    conn.execute("update pyjobq.job set status = 3, attempts = 1 where status = 1")
+    finish_history(conn, rare, job_type=2)
     active_jobs(conn)
     # The smallest list the statistics keep: the most common (type, status) alone.
     conn.execute("alter statistics pyjobq.job_type_status_stats set statistics 1")
-    conn.execute("analyze pyjobq.job")
+    conn.execute("analyze pyjobq.job_history")
     (listed,) = one_row(
         conn,
         "select most_common_vals from pg_stats_ext where statistics_name = 'job_type_status_stats'",
@@ -119,11 +126,13 @@ def test_counts_read_no_finished_row(conn: Conn) -> None:
     finish_history(conn, HISTORY)
     active_jobs(conn)
     (pages,) = one_row(
-        conn, "select pg_relation_size('pyjobq.job') / current_setting('block_size')::int"
+        conn,
+        "select sum(pg_relation_size(relid))::int / current_setting('block_size')::int"
+        f" from ({HISTORY_LEAVES}) h",
     )
     for analyzed in (False, True):
         if analyzed:
-            conn.execute("analyze pyjobq.job")
+            conn.execute("analyze pyjobq.job_history")
         scans, blocks = table_reads(conn)
         counts(conn)
         scans_after, blocks_after = table_reads(conn)
@@ -137,14 +146,14 @@ def test_dead_history_is_counted_up_to_a_bound_then_estimated(conn: Conn) -> Non
     call grew with the dead history: now 10001 index entries per type and status at most."""
     dead = 12_000
     finish_history(conn, dead)
-    conn.execute("update pyjobq.job set status = 4")
+    conn.execute("update pyjobq.job_history set status = 4")
     active_jobs(conn)
-    conn.execute("analyze pyjobq.job")
+    conn.execute("analyze pyjobq.job_history")
     conn.execute("select pg_stat_force_next_flush()")
     conn.execute("select pg_stat_clear_snapshot()")
     read = (
-        "select idx_tup_read from pg_stat_user_indexes"
-        " where indexrelname = 'job_dead_cancelled_idx'"
+        "select sum(idx_tup_read) from pg_stat_user_indexes where indexrelid in"
+        " (select relid from pg_partition_tree('pyjobq.job_dead_cancelled_idx'))"
     )
     (before,) = one_row(conn, read)
     got = counts(conn)

@@ -52,7 +52,7 @@ def python_worker(
 
 
 def _node_claimed(conn: psycopg.Connection) -> bool:
-    row = conn.execute("select exists (select from pyjobq.job where worker_id like 'node-%')")
+    row = conn.execute("select exists (select from pyjobq.job_all where worker_id like 'node-%')")
     return row.fetchone() == (True,)
 
 
@@ -103,10 +103,10 @@ def test_python_and_node_share_a_queue(dsn: str, conn: psycopg.Connection, node:
     # The table agrees: every job DONE once, by the worker that claimed it, at attempt 1.
     rows = conn.execute(
         "select status, attempts, result->>'by' like worker_id, count(*)"
-        "  from pyjobq.job group by 1, 2, 3"
+        "  from pyjobq.job_all group by 1, 2, 3"
     ).fetchall()
     assert rows == [(3, 1, True, JOBS)]
     by_client = conn.execute(
-        "select split_part(worker_id, '-', 1), count(*) from pyjobq.job group by 1 order by 1"
+        "select split_part(worker_id, '-', 1), count(*) from pyjobq.job_all group by 1 order by 1"
     ).fetchall()
     assert dict(by_client) == {"node": len(node_claims), "py": len(python_all)}

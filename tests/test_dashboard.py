@@ -173,7 +173,7 @@ def test_an_operator_watches_follows_redrives_and_cancels(
         page.wait_for_url("**/audit?notice=*")
         assert page.locator("#notice").inner_text() == "redrive: 3 jobs"
         statuses = conn.execute(
-            "select job_id, status from pyjobq.job where status in (1, 4) and job_type = 1"
+            "select job_id, status from pyjobq.job_all where status in (1, 4) and job_type = 1"
         ).fetchall()
         assert {i for i, s in statuses if s == 1} == set(jobs["timeouts"])
         assert {i for i, s in statuses if s == 4} == set(jobs["others"])
@@ -217,7 +217,9 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
 ) -> None:
     jobs = arrange(conn)
     dead = jobs["others"][0]
-    before = conn.execute("select job_id, status, updated_at from pyjobq.job order by 1").fetchall()
+    before = conn.execute(
+        "select job_id, status, updated_at from pyjobq.job_all order by 1"
+    ).fetchall()
     admin = login_role("pyjobq_admin")
     with dashboard(admin) as base:  # an admin's role, but no --allow-actions
         page.goto(f"{base}/jobs/{dead}")
@@ -242,7 +244,9 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
         csrf = page.locator("meta[name=csrf]").get_attribute("content")
         assert forged_post(page, f"{base}/jobs/not-a-job/cancel", csrf=csrf) == 400
         assert forged_post(page, f"{base}/prune", csrf=csrf, days="inf") == 400
-    after = conn.execute("select job_id, status, updated_at from pyjobq.job order by 1").fetchall()
+    after = conn.execute(
+        "select job_id, status, updated_at from pyjobq.job_all order by 1"
+    ).fetchall()
     assert after == before
     assert one(conn, "select count(*) from pyjobq.audit_log") == 0
 
@@ -417,7 +421,7 @@ def test_a_job_page_shows_its_parents_dependants_and_batch(
         page.click("#cancel")
         playwright.expect(page.locator("#job-status")).to_have_text("CANCELLED")
         assert rows("dependants") == [[str(d), "SEARCH", "CANCELLED", "resolved"]]
-        assert one(conn, "select status from pyjobq.job where job_id = %s", (d,)) == 5
+        assert one(conn, "select status from pyjobq.job_all where job_id = %s", (d,)) == 5
 
         # The batch closes and its last member ends: the page links its finish callback.
         conn.execute("select pyjobq.job_batch_close(%s)", (batch,))

@@ -49,7 +49,7 @@ def fail_dead(conn: Conn, job_id: Any, held: tuple[Any, ...]) -> None:
 
 
 def status(conn: Conn, job_id: Any) -> int:
-    return int(one(conn, "select status from pyjobq.job where job_id = %s", (job_id,)))
+    return int(one(conn, "select status from pyjobq.job_all where job_id = %s", (job_id,)))
 
 
 def test_a_child_waits_for_its_last_parent_and_reads_their_results_in_order(conn: Conn) -> None:
@@ -92,7 +92,7 @@ def test_a_failed_parent_cancels_the_graph_below_it_unless_a_child_runs_anyway(c
         runs: PENDING,
         runs_after_grandchild: PENDING,
     }
-    assert one(conn, "select last_error from pyjobq.job where job_id = %s", (cancelled,)) == (
+    assert one(conn, "select last_error from pyjobq.job_all where job_id = %s", (cancelled,)) == (
         f"parent {parent} ended DEAD"
     )
     results = {j: r[2] for j, r in claim_all(conn).items()}
@@ -162,7 +162,7 @@ def test_one_call_enqueues_a_graph_by_positions(conn: Conn) -> None:
     ).fetchall()
     ids = [r[1] for r in rows]
     assert [status(conn, j) for j in ids] == [PENDING, WAITING, WAITING, PENDING]
-    assert one(conn, "select waiting_on from pyjobq.job where job_id = %s", (ids[2],)) == 3
+    assert one(conn, "select waiting_on from pyjobq.job_all where job_id = %s", (ids[2],)) == 3
     graph = conn.execute(
         "select relation, job_id, status_name, resolved from pyjobq.job_dependencies(%s)", (ids[2],)
     ).fetchall()
@@ -280,9 +280,9 @@ def test_a_row_born_cancelled_passes_its_end_on_to_later_rows_of_the_call(
     statuses = [status(conn, r[0]) for r in rows]
     if policy == "cancel":
         assert statuses == [CANCELLED, CANCELLED, CANCELLED]
-        assert one(conn, "select last_error from pyjobq.job where job_id = %s", (rows[1][0],)) == (
-            f"parent {rows[0][0]} ended CANCELLED"
-        )
+        assert one(
+            conn, "select last_error from pyjobq.job_all where job_id = %s", (rows[1][0],)
+        ) == (f"parent {rows[0][0]} ended CANCELLED")
     else:
         assert statuses == [PENDING, WAITING, WAITING]
     assert one(conn, "select count(*) from pyjobq.job_edge where not resolved") == (

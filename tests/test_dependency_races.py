@@ -200,7 +200,7 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
             )
 
     status = dict(
-        conn.execute("select job_id, status from pyjobq.job where job_type = 1").fetchall()
+        conn.execute("select job_id, status from pyjobq.job_all where job_type = 1").fetchall()
     )
     assert sorted(status) == sorted(ids), "no job lost, none added"
     assert {j: s for j, s in status.items() if s not in (3, 4, 5)} == {}, "none left behind"
@@ -235,7 +235,7 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
     assert len(runs) > len(ids) // 3
     assert cancelled
     cascaded = conn.execute(
-        "select count(*) > 0 from pyjobq.job"
+        "select count(*) > 0 from pyjobq.job_all"
         " where status = 5 and last_error like 'parent % ended %'"
     ).fetchone()
     assert cascaded == (True,)
@@ -249,7 +249,7 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
         ends = conn.execute(
             "select count(*), count(*) filter (where status = 3),"
             " count(*) filter (where status = 4),"
-            " count(*) filter (where status = 5) from pyjobq.job where batch_id = %s",
+            " count(*) filter (where status = 5) from pyjobq.job_all where batch_id = %s",
             (batch,),
         ).fetchone()
         assert ends is not None
@@ -257,7 +257,7 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
         fired = sorted(
             r[0]
             for r in conn.execute(
-                "select payload ->> 'on' from pyjobq.job"
+                "select payload ->> 'on' from pyjobq.job_all"
                 " where job_type = 2 and payload -> 'batch' ->> 'batch_id' = %s",
                 (str(batch),),
             ).fetchall()
@@ -317,6 +317,6 @@ def test_a_cascade_takes_the_rows_it_reaches_in_the_order_a_completion_does(
         completer.execute("select pyjobq.job_complete(%s, 'w1', %s, '{}', %s)", (p, *held[p]))
     ending.join(timeout=30)
     assert errors == []
-    statuses = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    statuses = dict(conn.execute("select job_id, status from pyjobq.job_all").fetchall())
     assert (statuses[p], statuses[c], statuses[b]) == (3, 5, 5)
     assert statuses[x] == (4 if end == "fail" else 2)

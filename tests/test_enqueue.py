@@ -31,7 +31,7 @@ def test_enqueue_with_literals_applies_the_defaults(conn: Conn) -> None:
     assert created is True
     row = conn.execute(
         "select status, priority, payload, attempts, max_attempts, run_after, created_at"
-        " from pyjobq.job where job_id = %s",
+        " from pyjobq.job_all where job_id = %s",
         (job_id,),
     ).fetchone()
     assert row == (1, 100, {}, 0, 3, FROZEN, FROZEN)
@@ -65,11 +65,11 @@ def test_enqueue_many_keeps_input_order_and_dedupes_within_and_across_batches(co
     assert rows[2][1] == rows[0][1]
     assert rows[3][1] == existing
     payloads = conn.execute(
-        "select payload from pyjobq.job where job_id = any(%s) order by payload->>'i'",
+        "select payload from pyjobq.job_all where job_id = any(%s) order by payload->>'i'",
         ([rows[0][1], rows[1][1]],),
     ).fetchall()
     assert payloads == [({"i": 1},), ({"i": 2},)]
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (3,)
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (3,)
 
 
 def test_enqueue_many_of_twenty_thousand_jobs(conn: Conn) -> None:
@@ -123,7 +123,7 @@ def test_sixteen_concurrent_enqueuers_of_one_key_share_one_job(make_conn: Any) -
     assert len(results) == 16
     assert len({job_id for job_id, _ in results}) == 1
     assert [created for _, created in results].count(True) == 1
-    assert conns[0].execute("select count(*) from pyjobq.job").fetchone() == (1,)
+    assert conns[0].execute("select count(*) from pyjobq.job_all").fetchone() == (1,)
 
 
 def test_enqueuers_wait_for_an_uncommitted_duplicate_and_then_share_it(make_conn: Any) -> None:
@@ -187,7 +187,7 @@ def test_job_ids_are_time_ordered_unique_and_follow_the_claim_order(conn: Conn) 
     assert all(i.version == 8 and i.variant == uuid.RFC_4122 for i in ids)
     assert ids[0].int >> 80 == int(FROZEN.timestamp() * 1000)
     # The claim order's tiebreaker (seq) is the id order.
-    order = conn.execute("select job_id from pyjobq.job order by seq").fetchall()
+    order = conn.execute("select job_id from pyjobq.job_all order by seq").fetchall()
     assert [r[0] for r in order] == ids
 
 

@@ -34,7 +34,7 @@ def claimed_keys(conn: Conn, limit: int) -> list[str]:
     """The keys ('-' for none) of the jobs a claim of ``limit`` takes, in the order taken."""
     rows = conn.execute(
         "select coalesce(j.concurrency_key, '-') from pyjobq.job_claim('w', %s)"
-        " with ordinality c join pyjobq.job j using (job_id) order by c.ordinality",
+        " with ordinality c join pyjobq.job_all j using (job_id) order by c.ordinality",
         (limit,),
     ).fetchall()
     return [r[0] for r in rows]
@@ -83,7 +83,7 @@ def test_jobs_enqueued_before_fair_share_keep_their_order_and_none_is_lost(conn:
     conn.execute("select pyjobq.job_type_set_limits(1)")
     enqueue(conn, ["big"] * 2)
     assert claimed_keys(conn, 10) == ["big", "big"]
-    assert one(conn, "select count(*) from pyjobq.job where status = 1") == 0
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 1") == 0
 
 
 def test_fair_share_keeps_a_key_limit(conn: Conn) -> None:
@@ -108,7 +108,7 @@ def test_a_small_key_is_not_held_behind_a_big_backlog(
 
     def producer() -> None:
         with make_conn() as c:
-            while one(c, "select count(*) from pyjobq.job where status = 3") < 2000:
+            while one(c, "select count(*) from pyjobq.job_all where status = 3") < 2000:
                 pass
             enqueue(c, ["small"] * 10)
             # Committed: every claim that begins from here on sees them.
@@ -126,20 +126,20 @@ def test_a_small_key_is_not_held_behind_a_big_backlog(
 
     run_threads([producer, *(functools.partial(drainer, n) for n in range(4))])
     first, last = conn.execute(
-        "select min(run_started_at), max(run_started_at) from pyjobq.job"
+        "select min(run_started_at), max(run_started_at) from pyjobq.job_all"
         " where concurrency_key = 'small'"
     ).fetchone() or (None, None)
     passed_over = one(
         conn,
-        "select count(*) from pyjobq.job where concurrency_key = 'big'"
+        "select count(*) from pyjobq.job_all where concurrency_key = 'big'"
         " and run_started_at > %s and run_started_at < %s",
         (arrived[0], first),
     )
     assert passed_over <= 30
     waiting = one(
         conn,
-        "select count(*) from pyjobq.job where concurrency_key = 'big' and run_started_at > %s",
+        "select count(*) from pyjobq.job_all where concurrency_key = 'big' and run_started_at > %s",
         (last,),
     )
     assert waiting > 7000
-    assert one(conn, "select count(*) from pyjobq.job where status = 3") == 10010
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 3") == 10010

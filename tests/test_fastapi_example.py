@@ -42,9 +42,11 @@ def test_a_placed_order_commits_with_exactly_one_job(client: TestClient, conn: C
     response = client.post("/orders", json={"email": "ada@example.com", "items": {"tea": 2}})
     assert response.status_code == 201, response.text
     placed = response.json()
-    assert one(conn, "select count(*) from pyjobq.job") == 1
+    assert one(conn, "select count(*) from pyjobq.job_all") == 1
     payload = one(
-        conn, "select payload from pyjobq.job where job_id = %s", (placed["confirmation_job_id"],)
+        conn,
+        "select payload from pyjobq.job_all where job_id = %s",
+        (placed["confirmation_job_id"],),
     )
     assert payload["order_id"] == placed["order_id"]
     assert one(conn, "select available from stock where sku = 'tea'") == 3
@@ -60,6 +62,6 @@ def test_an_order_that_fails_after_its_enqueue_leaves_no_job(
     )
     assert response.status_code == 409
     assert response.json() == {"detail": "cup: not enough in stock"}
-    assert one(conn, "select count(*) from pyjobq.job") == 0
+    assert one(conn, "select count(*) from pyjobq.job_all") == 0
     assert one(conn, "select count(*) from shop_order") == 0
     assert one(conn, "select available from stock where sku = 'tea'") == 5

@@ -46,13 +46,13 @@ FUZZ = settings(
 )
 
 SQLISH = [
-    "'); drop table pyjobq.job; --",
-    "1; delete from pyjobq.job",
+    "'); drop table pyjobq.job_all; --",
+    "1; delete from pyjobq.job_all",
     "' or '1'='1",
-    "$$; truncate pyjobq.job; $$",
+    "$$; truncate pyjobq.job_all; $$",
     '"; select pg_sleep(10); --',
     "%s %(x)s {} \\x00 \\\\",
-    "pyjobq.job",
+    "pyjobq.job_all",
     "null",
 ]
 
@@ -132,7 +132,7 @@ def background(conn: Conn) -> Background:
 
 
 def snapshot(conn: Conn) -> dict[UUID, tuple[Any, ...]]:
-    rows = conn.execute("select j.job_id, j.* from pyjobq.job j").fetchall()
+    rows = conn.execute("select j.job_id, j.* from pyjobq.job_all j").fetchall()
     return {r[0]: r[1:] for r in rows}
 
 
@@ -370,10 +370,10 @@ def test_sql_looking_values_are_stored_verbatim(conn: Conn) -> None:
         assert claimed.dedupe_key == text
         q.fail(job.job_id, "w", 1, text, dead_letter=True)
         row = conn.execute(
-            "select last_error from pyjobq.job where job_id = %s", (job.job_id,)
+            "select last_error from pyjobq.job_all where job_id = %s", (job.job_id,)
         ).fetchone()
         assert row == (text,)
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (len(SQLISH),)
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (len(SQLISH),)
 
 
 def test_deep_and_huge_payloads_are_stored_verbatim_or_refused_clearly(conn: Conn) -> None:
@@ -384,15 +384,15 @@ def test_deep_and_huge_payloads_are_stored_verbatim_or_refused_clearly(conn: Con
     big = {"blob": "z" * 20_000_000, "many": list(range(100_000))}
     for payload in (deep, big):
         job = q.enqueue(1, payload)
-        row = conn.execute("select payload from pyjobq.job where job_id = %s", (job.job_id,))
+        row = conn.execute("select payload from pyjobq.job_all where job_id = %s", (job.job_id,))
         assert row.fetchone() == (payload,)
     # Nesting deeper than the server's stack allows is refused with 54001 and stores nothing.
-    count = conn.execute("select count(*) from pyjobq.job").fetchone()
+    count = conn.execute("select count(*) from pyjobq.job_all").fetchone()
     text = '{"a":' * 100_000 + "1" + "}" * 100_000
     with pytest.raises(psycopg.errors.StatementTooComplex) as refused:
         conn.execute("select pyjobq.job_enqueue(1, %s::jsonb)", (text,))
     assert isinstance(translate(refused.value), InvalidArgument)  # what the binding raises
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == count
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == count
 
 
 # -- static check -------------------------------------------------------------------------------
@@ -405,8 +405,17 @@ def strip_comments_and_literals(source: str) -> Iterator[str]:
         yield line.split("--", 1)[0]
 
 
+# The history's partitions are named by their day: making, attaching, counting and dropping
+# one takes a statement built at run time. Each such statement takes its names from the
+# catalog (a regclass) or from to_char of a date, quoted by format's %I, and its values as
+# %L literals of dates or as USING parameters; no argument of a caller reaches it (the
+# caller's p_days_ahead and p_older_than are checked numbers and intervals).
+PARTITION_DDL = {"_history_day", "job_prune"}
+
+
 def test_no_function_builds_sql_at_run_time(conn: Conn) -> None:
-    """Dynamic SQL (EXECUTE) is how injection gets in; every statement here is static."""
+    """Dynamic SQL (EXECUTE) is how injection gets in; every statement here is static, but for
+    the partition DDL of the history, whose names are days."""
     rows = conn.execute(
         "select p.proname, l.lanname, p.prosrc from pg_proc p"
         " join pg_namespace n on n.oid = p.pronamespace"
@@ -421,7 +430,7 @@ def test_no_function_builds_sql_at_run_time(conn: Conn) -> None:
         for line in strip_comments_and_literals(source)
         if dynamic.search(" ".join(line.split()))
     }
-    assert offenders == {}
+    assert set(offenders) == PARTITION_DDL
     assert {lang for _, lang, _ in rows} <= {"sql", "plpgsql"}
     # The check itself catches the thing it looks for.
     probe = "begin\n  execute format('select %I', p_x);\nend"

@@ -49,7 +49,7 @@ def test_every_binding_call_that_takes_a_type_takes_its_name(conn: Conn) -> None
     with pytest.raises(InvalidArgument) as refused:
         q.enqueue("NO_SUCH_TYPE")
     assert refused.value.sqlstate == "22023"
-    assert one(conn, "select count(*) from pyjobq.job") == 3
+    assert one(conn, "select count(*) from pyjobq.job_all") == 3
 
 
 def test_a_worker_takes_handlers_by_name(dsn: str, conn: Conn) -> None:

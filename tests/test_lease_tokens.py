@@ -84,7 +84,7 @@ def test_a_co_worker_that_reads_the_holders_id_and_attempt_cannot_act_for_it(
     # The holder's own token works.
     token = claimed[0][-1]
     holder.execute(SINGLE_CALLS[0], (job, "holder-7f3a", 1, token))
-    assert one(conn, "select status from pyjobq.job where job_id = %s", (job,)) == 3
+    assert one(conn, "select status from pyjobq.job_all where job_id = %s", (job,)) == 3
 
 
 def test_the_token_is_the_claims_alone_and_new_at_every_claim(conn: Conn) -> None:
@@ -133,7 +133,7 @@ def test_an_upgraded_install_accepts_calls_without_the_token_until_an_admin_says
     assert one(admin, settings, (True,)) is True
     assert sqlstate_of(worker, "select pyjobq.job_complete(%s, 'old-client', 1)", (b,)) == "22004"
     # A batch with a token missing for one of its jobs is refused whole.
-    token = one(conn, "select lease_token from pyjobq.job where job_id = %s", (b,))
+    token = one(conn, "select lease_token from pyjobq.job_all where job_id = %s", (b,))
     mixed = (
         "select * from pyjobq.job_complete_many('old-client', %s, '{1, 1}', p_lease_tokens => %s)"
     )

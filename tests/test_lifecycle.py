@@ -57,7 +57,7 @@ def test_complete_stores_result_and_frees_the_lease(conn: Conn) -> None:
     ((_, attempt),) = claim(conn)
     conn.execute("select pyjobq.job_complete(%s, 'w1', %s, '{\"n\": 1}')", (job_id, attempt))
     row = conn.execute(
-        "select status, result, lease_until from pyjobq.job where job_id = %s", (job_id,)
+        "select status, result, lease_until from pyjobq.job_all where job_id = %s", (job_id,)
     ).fetchone()
     assert row == (3, {"n": 1}, None)
 
@@ -95,7 +95,7 @@ def test_fail_backs_off_exponentially_then_dead_letters(conn: Conn) -> None:
     assert claim(conn) == [(job_id, 3)]
     status, _ = one_row(conn, "select * from pyjobq.job_fail(%s, 'w1', 3, 'boom')", (job_id,))
     assert status == 4
-    assert conn.execute("select last_error from pyjobq.job").fetchone() == ("boom",)
+    assert conn.execute("select last_error from pyjobq.job_all").fetchone() == ("boom",)
     freeze(conn, now + timedelta(days=1))
     assert claim(conn) == []
 
@@ -127,7 +127,7 @@ def test_huge_error_text_is_truncated_not_rejected(conn: Conn) -> None:
     job_id = enqueue(conn)
     claim(conn)
     conn.execute("select pyjobq.job_fail(%s, 'w1', 1, repeat('x', 1000000))", (job_id,))
-    assert conn.execute("select length(last_error) from pyjobq.job").fetchone() == (10000,)
+    assert conn.execute("select length(last_error) from pyjobq.job_all").fetchone() == (10000,)
 
 
 def test_renew_lease_extends_from_now(conn: Conn) -> None:
@@ -142,7 +142,7 @@ def test_renew_lease_extends_from_now(conn: Conn) -> None:
 
 def refunded(conn: Conn, job_id: Any) -> int:
     row = conn.execute(
-        "select attempts_refunded from pyjobq.job where job_id = %s", (job_id,)
+        "select attempts_refunded from pyjobq.job_all where job_id = %s", (job_id,)
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -240,10 +240,10 @@ def test_reap_retries_with_backoff_then_dead_letters(conn: Conn) -> None:
     reaped = conn.execute("select status, worker_id, attempt from pyjobq.job_reap()").fetchall()
     assert reaped == [(4, "w2", 2)]
     with raises_sqlstate("JQ001"):  # the holder lost its lease; it did not finish the job
-        conn.execute("select pyjobq.job_complete(job_id, 'w2', 2) from pyjobq.job")
-    assert conn.execute("select last_error like 'lease expired%' from pyjobq.job").fetchone() == (
-        True,
-    )
+        conn.execute("select pyjobq.job_complete(job_id, 'w2', 2) from pyjobq.job_all")
+    assert conn.execute(
+        "select last_error like 'lease expired%' from pyjobq.job_all"
+    ).fetchone() == (True,)
 
 
 def test_reap_respects_its_limit(conn: Conn) -> None:
@@ -268,7 +268,7 @@ def test_complete_many_reports_which_jobs_it_completed(conn: Conn) -> None:
     assert dict(rows) == {a: True, b: False, c: False}
     assert status_of(conn, a)[0] == 3
     assert status_of(conn, b)[0] == 2
-    assert conn.execute("select result from pyjobq.job where job_id = %s", (a,)).fetchone() == (
+    assert conn.execute("select result from pyjobq.job_all where job_id = %s", (a,)).fetchone() == (
         {"r": 1},
     )
 
@@ -416,7 +416,7 @@ def test_prune_deletes_old_finished_jobs_in_bounded_batches(conn: Conn) -> None:
     freeze(conn, FROZEN + timedelta(days=2))
     assert conn.execute("select pyjobq.job_prune('1 day', 3)").fetchone() == (3,)
     assert conn.execute("select pyjobq.job_prune('1 day', 3)").fetchone() == (2,)
-    assert conn.execute("select job_id from pyjobq.job").fetchall() == [(pending,)]
+    assert conn.execute("select job_id from pyjobq.job_all").fetchall() == [(pending,)]
 
 
 def test_counts_cover_every_type_and_status_with_health_figures(conn: Conn) -> None:

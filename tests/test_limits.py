@@ -68,7 +68,7 @@ def test_a_key_limit_caps_each_key_and_a_key_with_room_comes_first_as_it_frees(c
     complete(conn, first[0])
     # a's next job is claimed as soon as a has room, ahead of b's backlog.
     assert [j for j, _ in claim(conn, 1)] == [a2]
-    assert one(conn, "select count(*) from pyjobq.job where status = 1") == 1 + 49
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 1") == 1 + 49
 
 
 def test_limits_are_set_checked_and_removed_by_admins_only(
@@ -164,13 +164,13 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
             ]
             c.execute(
                 "insert into public.runs select job_id, attempts, job_type, concurrency_key,"
-                " clock_timestamp() from pyjobq.job where job_id = any(%s)",
+                " clock_timestamp() from pyjobq.job_all where job_id = any(%s)",
                 ([j for j, _ in jobs],),
             )
             if not jobs:
                 c.execute("commit")
                 # Nothing with room now: others hold the rest, or it is all done.
-                if one(c, "select count(*) from pyjobq.job where status in (1, 2)") == 0:
+                if one(c, "select count(*) from pyjobq.job_all where status in (1, 2)") == 0:
                     return
                 continue
             if fate < 0.05:
@@ -214,7 +214,7 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
         stop.set()
         watcher.join()
     # Limited, the drain still took every job to its end, and every run ended.
-    assert one(conn, "select count(*) from pyjobq.job where status in (1, 2)") == 0
+    assert one(conn, "select count(*) from pyjobq.job_all where status in (1, 2)") == 0
     assert one(conn, "select count(*) from public.runs where ended_at is null") == 0
     assert one(conn, "select count(*) from public.runs") > 1200
     per_type = MOST_AT_ONCE.format(scope="0", where="where job_type = 1")

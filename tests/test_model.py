@@ -86,7 +86,7 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class Row:
-    """What the model knows of one ``pyjobq.job`` row (the columns in COLUMNS)."""
+    """What the model knows of one ``pyjobq.job_all`` row (the columns in COLUMNS)."""
 
     job_id: UUID
     job_type: int
@@ -341,7 +341,7 @@ class QueueMachine(RuleBasedStateMachine):
             )
 
     def db_rows(self) -> dict[UUID, Row]:
-        rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job").fetchall()
+        rows = self.conn.execute(f"select {COLUMNS} from pyjobq.job_all").fetchall()
         return {r[0]: Row(*r) for r in rows}
 
     def expect_not_held(self, token: Token) -> type[Exception] | None:
@@ -380,7 +380,8 @@ class QueueMachine(RuleBasedStateMachine):
         """An empty queue; most examples start with limits in force (a limit on type 2's
         RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
         self.conn.execute(
-            "truncate pyjobq.job, pyjobq.rate_window, pyjobq.job_edge, pyjobq.job_batch"
+            "truncate pyjobq.job, pyjobq.job_history, pyjobq.rate_window, pyjobq.job_edge,"
+            " pyjobq.job_batch"
         )
         self.conn.execute("delete from pyjobq.schedule")
         self.set_limits(1, None, rate)
@@ -990,7 +991,7 @@ class QueueMachine(RuleBasedStateMachine):
         its unresolved edges, and every unresolved edge's parent is still to end."""
         rows = self.conn.execute(
             "select e.parent_id, e.child_id, e.resolved, c.status, c.waiting_on"
-            " from pyjobq.job_edge e join pyjobq.job c on c.job_id = e.child_id"
+            " from pyjobq.job_edge e join pyjobq.job_all c on c.job_id = e.child_id"
         ).fetchall()
         assert {(p, c) for p, c, *_ in rows} == {
             (p, c) for c, ps in self.parents.items() for p in ps

@@ -168,7 +168,7 @@ class SessionsMachine(RuleBasedStateMachine):
 
     @initialize()
     def clean_database(self) -> None:
-        self.observer.execute("truncate pyjobq.job")
+        self.observer.execute("truncate pyjobq.job, pyjobq.job_history")
         for s in self.sessions:
             # The clock goes back to FROZEN: fronts assume a clock that does not go back.
             s.conn.execute("reset pyjobq.claim_front")
@@ -208,7 +208,7 @@ class SessionsMachine(RuleBasedStateMachine):
         # A statement does not see the rows of the function it calls: the seqs come after.
         ids = [r[0] for r in rows]
         seqs = dict(
-            s.conn.execute("select job_id, seq from pyjobq.job where job_id = any (%s)", (ids,))
+            s.conn.execute("select job_id, seq from pyjobq.job_all where job_id = any (%s)", (ids,))
         )
         assert len(seqs) == count
         for job_id, seq in seqs.items():
@@ -318,7 +318,7 @@ class SessionsMachine(RuleBasedStateMachine):
         got = {
             job_id: (status, attempts)
             for job_id, status, attempts in self.observer.execute(
-                "select job_id, status, attempts from pyjobq.job"
+                "select job_id, status, attempts from pyjobq.job_all"
             )
         }
         want = {j.job_id: (j.status, j.claims) for j in self.jobs.values() if j.status is not None}

@@ -42,7 +42,10 @@ def test_next_due_is_the_earliest_job_still_to_come_of_the_types_asked(conn: Con
     freeze(conn, later(15))
     assert one(conn, NEXT_DUE, (None,)) == later(20)
     # RUNNING, DONE and CANCELLED jobs are not to come.
-    conn.execute("update pyjobq.job set status = 5 where run_after > %s", (later(15),))
+    conn.execute(
+        "select pyjobq.job_cancel(array(select job_id from pyjobq.job where run_after > %s))",
+        (later(15),),
+    )
     assert one(conn, NEXT_DUE, (None,)) is None
 
 

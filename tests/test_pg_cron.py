@@ -51,7 +51,7 @@ def test_pg_cron_ticks_the_schedules() -> None:
                 return sum(s.fired for s in q.schedules())
 
             wait_for(fired, "pg_cron to tick the schedules", patience=90)
-            jobs = conn.execute("select job_type, payload from pyjobq.job").fetchall()
+            jobs = conn.execute("select job_type, payload from pyjobq.job_all").fetchall()
             assert jobs[0] == (1, {"by": "pg_cron"})
             assert len(jobs) == fired()
             # Every tick pg_cron ran succeeded.

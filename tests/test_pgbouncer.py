@@ -168,7 +168,7 @@ def test_the_whole_lifecycle_through_pgbouncer(bouncer_dsn: str, conn: Conn) -> 
         with b.transaction():
             b.execute("select set_config('pyjobq.fake_now', %s, true)", ("2999-01-01",))
             assert qb.prune(timedelta(days=1)) == 3
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (2,)
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (2,)
 
 
 @contextmanager

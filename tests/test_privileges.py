@@ -111,6 +111,7 @@ ALLOWED = {
         "job_reap",
         "job_redrive",
         "job_prune",
+        "job_history_maintain",
         "job_type_register",
         "job_type_grant",
         "job_type_revoke",
@@ -152,9 +153,11 @@ def test_a_worker_cannot_touch_the_tables_but_runs_the_lifecycle(
     conn.execute("select pyjobq.job_enqueue(1, '{}')")
     worker = as_member("pyjobq_worker")
     for statement in (
-        "select * from pyjobq.job",
-        "update pyjobq.job set status = 3",
+        "select * from pyjobq.job_all",
+        "update pyjobq.job set status = 1",
         "delete from pyjobq.job",
+        "select * from pyjobq.job_history",
+        "delete from pyjobq.job_history_default",
         "insert into pyjobq.job_type values (9, 'X')",
         "select pyjobq.job_enqueue(1, '{}')",
         "select pyjobq.job_prune('0 s')",
@@ -166,7 +169,7 @@ def test_a_worker_cannot_touch_the_tables_but_runs_the_lifecycle(
     ).fetchone()
     worker.execute("select pyjobq.job_complete(%s, 'w1', %s)", (job_id, attempt))
     conn.execute("reset role")
-    assert conn.execute("select status from pyjobq.job").fetchone() == (3,)
+    assert conn.execute("select status from pyjobq.job_all").fetchone() == (3,)
 
 
 def test_no_function_is_executable_by_public_and_definers_pin_search_path(conn: Conn) -> None:
@@ -196,7 +199,7 @@ def test_objects_planted_in_pg_temp_or_public_are_never_resolved(
     assert producer.execute("select count(*) from pg_temp.job").fetchone() == (0,)
     conn.execute("reset role")
     assert conn.execute(
-        "select payload from pyjobq.job where job_id = %s", (job_id,)
+        "select payload from pyjobq.job_all where job_id = %s", (job_id,)
     ).fetchone() == ({"x": 1},)
 
 
@@ -238,14 +241,14 @@ def test_no_role_but_the_owner_moves_the_clock(
     done = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
     conn.execute("select pyjobq.job_claim('w1', 1, 60)")
     conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (done,))
-    before = conn.execute("select * from pyjobq.job order by job_id").fetchall()
+    before = conn.execute("select * from pyjobq.job_all order by job_id").fetchall()
 
     session = login_as(group)
     session.execute("select set_config('pyjobq.fake_now', %s, false)", (fake_now,))
     with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
         session.execute(call, {"held": held, "token": token})
     assert refused.value.diag.message_hint
-    assert conn.execute("select * from pyjobq.job order by job_id").fetchall() == before
+    assert conn.execute("select * from pyjobq.job_all order by job_id").fetchall() == before
     # Reset, the same role runs on the real clock again.
     session.execute("reset pyjobq.fake_now")
     session.execute("select pyjobq.clock_now()" if group == "pyjobq_observer" else "select 1")
@@ -259,7 +262,7 @@ def test_the_owner_moves_the_clock_but_never_to_infinity(conn: Conn) -> None:
         with pytest.raises(psycopg.errors.InvalidParameterValue):
             conn.execute("select * from pyjobq.job_enqueue(1, '{}')")
     conn.execute("reset pyjobq.fake_now")
-    assert conn.execute("select count(*) from pyjobq.job").fetchone() == (0,)
+    assert conn.execute("select count(*) from pyjobq.job_all").fetchone() == (0,)
 
 
 @pytest.mark.parametrize(
@@ -293,8 +296,8 @@ def test_payloads_and_helpers_are_refused_to_roles_without_them(
     job = one_row(conn, "select job_id from pyjobq.job_enqueue(1, '{\"secret\": 1}')")
     conn.execute("select pyjobq.job_claim('w1', 1)")
     conn.execute("select pyjobq.job_fail(%s, 'w1', 1, 'x', p_dead_letter => true)", job)
-    before = conn.execute("select * from pyjobq.job").fetchall()
+    before = conn.execute("select * from pyjobq.job_all").fetchall()
     session = login_as(group)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         session.execute(call, {"job": job[0]})
-    assert conn.execute("select * from pyjobq.job").fetchall() == before
+    assert conn.execute("select * from pyjobq.job_all").fetchall() == before

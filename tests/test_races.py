@@ -137,7 +137,7 @@ def test_cancel_and_release_race_claims_completions_failures_and_reaps(
             ).fetchall()
             note(drain, "d", [(r[0], "completed") for r in done])
 
-    statuses = dict(conn.execute("select job_id, status from pyjobq.job").fetchall())
+    statuses = dict(conn.execute("select job_id, status from pyjobq.job_all").fetchall())
     assert sorted(statuses) == sorted(ids), "no job lost, none added"
     assert set(statuses.values()) <= {3, 4, 5}, "every job final"
     finals: dict[Any, list[str]] = {job: [] for job in ids}

@@ -46,7 +46,7 @@ def claim(conn: Conn, limit: int) -> list[tuple[Any, ...]]:
     """Claims up to ``limit`` jobs: (job_id, key, run_started_at) of each, read before commit."""
     ids = [r[0] for r in conn.execute("select job_id from pyjobq.job_claim('w', %s)", (limit,))]
     return conn.execute(
-        "select job_id, concurrency_key, run_started_at from pyjobq.job where job_id = any(%s)",
+        "select job_id, concurrency_key, run_started_at from pyjobq.job_all where job_id = any(%s)",
         (ids,),
     ).fetchall()
 
@@ -209,7 +209,7 @@ def test_rates_hold_under_claimers_that_wait_finish_and_die(
             ).fetchall()
             # A statement of its own: the claim's writes are not in the snapshot of its own.
             rows = c.execute(
-                "select job_type, concurrency_key, run_started_at from pyjobq.job"
+                "select job_type, concurrency_key, run_started_at from pyjobq.job_all"
                 " where job_id = any(%s)",
                 ([i for (i,) in ids],),
             ).fetchall()
@@ -236,4 +236,4 @@ def test_rates_hold_under_claimers_that_wait_finish_and_die(
     for (job_type, key), times in by_scope.items():
         assert most_in_any_window(times, period) <= (2 if job_type == 1 else 3), (job_type, key)
     # The windows counted what was committed, no more: rolled back claims left nothing.
-    assert one(conn, "select count(*) from pyjobq.job where status = 2") == len(committed)
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 2") == len(committed)

@@ -63,7 +63,7 @@ def test_the_readmes_psql_session_runs_as_the_app_role(
         assert mask(result.stdout) == mask(expected), (
             f"{statement}README shows:\n{expected}psql:\n{result.stdout}"
         )
-        job = conn.execute("select job_id, lease_token from pyjobq.job").fetchone()
+        job = conn.execute("select job_id, lease_token from pyjobq.job_all").fetchone()
         if job is not None:
             actual[readme_job] = str(job[0])
             if job[1] is not None:

@@ -150,6 +150,6 @@ def test_the_dashboard_reads_from_the_standby(replica: Replica) -> None:
         assert "job_cancel is not allowed here" in refused.value.read().decode()
     with psycopg.connect(primary.dsn(DBNAME)) as conn:
         row: Any = conn.execute(
-            "select status from pyjobq.job where job_id = %s", (ids["child"],)
+            "select status from pyjobq.job_all where job_id = %s", (ids["child"],)
         ).fetchone()
     assert row == (6,)

@@ -180,13 +180,16 @@ def test_each_due_tick_enqueues_one_job_however_often_it_is_ticked(conn: Conn) -
             fired += tick(conn, START + timedelta(minutes=minute))
     assert [t for _, t, _, _ in fired] == [START + timedelta(minutes=m) for m in range(5, 61, 5)]
     jobs = conn.execute(
-        "select job_type, payload, priority, max_attempts, created_at from pyjobq.job order by seq"
+        "select job_type, payload, priority, max_attempts, created_at"
+        " from pyjobq.job_all order by seq"
     ).fetchall()
     assert [j[:4] for j in jobs] == [(2, {"report": 1}, 7, 2)] * 12
     s = schedule(conn, "every5")
     assert (s["fired"], s["misses"], s["last_fire_at"]) == (12, 0, START + timedelta(minutes=60))
     assert s["next_fire_at"] == START + timedelta(minutes=65)
-    assert s["last_job_id"] == one(conn, "select job_id from pyjobq.job order by seq desc limit 1")
+    assert s["last_job_id"] == one(
+        conn, "select job_id from pyjobq.job_all order by seq desc limit 1"
+    )
 
 
 def test_late_ticks_are_skipped_or_caught_up_once(conn: Conn) -> None:
@@ -233,7 +236,7 @@ def test_a_dedupe_key_keeps_one_active_job_per_schedule(conn: Conn) -> None:
     first = tick(conn, START + timedelta(minutes=1))
     second = tick(conn, START + timedelta(minutes=2))
     assert [(c, u) for _, _, c, u in first + second] == [(True, False), (False, False)]
-    assert one(conn, "select count(*) from pyjobq.job") == 1
+    assert one(conn, "select count(*) from pyjobq.job_all") == 1
     assert schedule(conn, "sync")["fired"] == 2
 
 
@@ -251,7 +254,7 @@ def test_pause_resume_and_delete(conn: Conn) -> None:
     assert one(conn, "select pyjobq.job_schedule_delete('p')") is False
     assert one(conn, "select pyjobq.job_schedule_pause('p')") is False
     assert tick(conn, START + timedelta(minutes=50)) == []
-    assert one(conn, "select count(*) from pyjobq.job") == 1
+    assert one(conn, "select count(*) from pyjobq.job_all") == 1
 
 
 def test_only_admins_set_schedules_and_workers_tick_them(
@@ -337,9 +340,9 @@ def test_six_tickers_and_killed_ones_fire_every_tick_exactly_once(
         "half": minutes // 30,
     }
     per_schedule = dict(
-        conn.execute("select payload->>'s', count(*) from pyjobq.job group by 1").fetchall()
+        conn.execute("select payload->>'s', count(*) from pyjobq.job_all group by 1").fetchall()
     )
     assert per_schedule == want
     fired = dict(conn.execute("select name, fired from pyjobq.job_schedules()").fetchall())
     assert fired == want
-    assert one(conn, "select count(*) from pyjobq.job") == sum(want.values())
+    assert one(conn, "select count(*) from pyjobq.job_all") == sum(want.values())

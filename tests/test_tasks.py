@@ -44,7 +44,7 @@ def test_enqueue_checks_the_arguments_and_stores_them_by_name(conn: Conn) -> Non
     with conn.transaction():
         job = send_email.enqueue(conn, "ada@example.com", subject="hi")
     row = conn.execute(
-        "select job_type, payload, max_attempts from pyjobq.job where job_id = %s",
+        "select job_type, payload, max_attempts from pyjobq.job_all where job_id = %s",
         (job.job_id,),
     ).fetchone()
     assert row == (100, {"to": "ada@example.com", "subject": "hi"}, 5)
@@ -52,7 +52,7 @@ def test_enqueue_checks_the_arguments_and_stores_them_by_name(conn: Conn) -> Non
         send_email.enqueue(conn, "ada@example.com", "hi", "one too many")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         send_email.enqueue(conn, subject="no recipient")  # type: ignore[call-arg]
-    assert one(conn, "select count(*) from pyjobq.job") == 1  # nothing for the refused calls
+    assert one(conn, "select count(*) from pyjobq.job_all") == 1  # nothing for the refused calls
     assert send_email("bo@example.com") == {"sent_to": "bo@example.com", "subject": "hello"}
 
 
@@ -65,7 +65,7 @@ def test_enqueue_async_on_an_asyncio_connection(dsn: str, conn: Conn) -> None:
 
     job = asyncio.run(scenario())
     row = conn.execute(
-        "select job_type, priority, payload from pyjobq.job where job_id = %s", (job.job_id,)
+        "select job_type, priority, payload from pyjobq.job_all where job_id = %s", (job.job_id,)
     ).fetchone()
     assert row == (101, 10, {"order": 7})
 
@@ -77,7 +77,9 @@ def test_a_worker_runs_the_tasks_with_their_arguments(dsn: str, conn: Conn) -> N
     with running(Worker(dsn, tasks.handlers())) as r:
         wait_for(lambda: statuses(conn) == {3: 2}, "both tasks DONE")
         r.stop()
-    results = conn.execute("select job_type, result from pyjobq.job order by job_type").fetchall()
+    results = conn.execute(
+        "select job_type, result from pyjobq.job_all order by job_type"
+    ).fetchall()
     assert results == [(100, {"sent_to": "ada@example.com", "subject": "hello"}), (101, None)]
 
 

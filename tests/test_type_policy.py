@@ -37,7 +37,7 @@ def test_a_types_backoff_and_max_attempts_seen_from_psql(
         )
     freeze(conn, FROZEN)
     conn.execute("select pyjobq.job_enqueue(1, '{}')")
-    assert one(conn, "select max_attempts from pyjobq.job") == 4  # the type's, not 3
+    assert one(conn, "select max_attempts from pyjobq.job_all") == 4  # the type's, not 3
     # 10 s, then doubled to 20, then held at the cap: exact, with no jitter.
     assert fail_once(conn, timedelta(0)) == FROZEN + timedelta(seconds=10)
     assert fail_once(conn, timedelta(seconds=10)) == FROZEN + timedelta(seconds=30)
@@ -51,7 +51,7 @@ def test_a_types_backoff_and_max_attempts_seen_from_psql(
     conn.execute("select pyjobq.job_enqueue(1, '{}', p_max_attempts => 2)")
     conn.execute("select pyjobq.job_enqueue(2, '{}')")
     assert conn.execute(
-        "select job_type, max_attempts from pyjobq.job where status = 1 order by job_type"
+        "select job_type, max_attempts from pyjobq.job_all where status = 1 order by job_type"
     ).fetchall() == [(1, 2), (2, 3)]
     policies = {p.job_type: p for p in JobQueue(conn).type_policies()}
     assert (policies[1].backoff_base_seconds, policies[1].backoff_cap_seconds) == (10, 20)
@@ -102,7 +102,7 @@ def test_a_worker_applies_its_types_timeout(dsn: str, conn: Conn) -> None:
     finally:
         release.set()
     assert metrics.timed_out == 1
-    assert "did not finish within 0.2s" in one(conn, "select last_error from pyjobq.job")
+    assert "did not finish within 0.2s" in one(conn, "select last_error from pyjobq.job_all")
 
 
 def test_a_lease_never_reaches_past_the_attempts_deadline(conn: Conn) -> None:

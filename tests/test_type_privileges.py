@@ -111,7 +111,7 @@ def test_another_team_cannot_finish_or_learn_about_a_held_job(
     ):
         assert worker_a.execute(call, ([held], [tokens[held]])).fetchall() == [(False,)], call
     status = conn.execute(
-        "select status, worker_id from pyjobq.job where job_id = any (%s) order by job_id",
+        "select status, worker_id from pyjobq.job_all where job_id = any (%s) order by job_id",
         ([held, other],),
     ).fetchall()
     assert status == [(2, "b-1"), (2, "b-1")]
@@ -276,7 +276,7 @@ def test_list_cancel_and_watch_keep_to_the_types_a_role_may_use(
     assert listed_b == {open_job, restricted_job}
     for call in ("select * from pyjobq.job_cancel(%s)", "select * from pyjobq.job_watch(%s)"):
         assert sqlstate_of(producer_a, call, ([restricted_job],)) == "42501"
-    assert one_row(conn, "select status, notify_done from pyjobq.job where job_id = %s",
+    assert one_row(conn, "select status, notify_done from pyjobq.job_all where job_id = %s",
                    (restricted_job,)) == (1, False)  # fmt: skip
     outcome = one_row(producer_b, "select outcome from pyjobq.job_cancel(%s)", ([restricted_job],))
     assert outcome == ("cancelled",)

@@ -146,7 +146,7 @@ def test_a_holder_ending_while_the_enqueue_waits_for_it_still_counts(
     finisher.execute("commit")
     waiting.join(10)
     assert got == [(holder, False)]
-    assert one(conn, "select count(*) from pyjobq.job") == 1
+    assert one(conn, "select count(*) from pyjobq.job_all") == 1
 
 
 def test_racing_enqueuers_and_a_finisher_make_one_job_per_window(
@@ -179,7 +179,7 @@ def test_racing_enqueuers_and_a_finisher_make_one_job_per_window(
         stop.set()
         done.join()
     assert sum(made) == 1
-    assert one(conn, "select count(*) from pyjobq.job where dedupe_key = 'k'") == 1
+    assert one(conn, "select count(*) from pyjobq.job_all where dedupe_key = 'k'") == 1
 
 
 def test_the_binding_passes_the_window(conn: Conn) -> None:

@@ -24,7 +24,7 @@ def finish_once_watched(make_conn: Callable[[], Conn], job_id: Any) -> None:
     end reaches the waiter as a notification, not as the status job_watch returned)."""
     worker = make_conn()
     wait_for(
-        lambda: one(worker, "select notify_done from pyjobq.job where job_id = %s", (job_id,)),
+        lambda: one(worker, "select notify_done from pyjobq.job_all where job_id = %s", (job_id,)),
         "the waiter to watch the job",
     )
     (job, attempt), *_ = claim(worker)

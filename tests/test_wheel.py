@@ -92,4 +92,6 @@ def test_the_wheel_installs_migrates_and_drains(pg_server: LocalPostgres, tmp_pa
     assert "applied" in run([str(bin_dir / "pyjobq"), "migrate", "--dsn", dsn], tmp_path)
     assert run([str(bin_dir / "python"), "-c", DRAIN, dsn], tmp_path).strip() == "200"
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("select count(*) from pyjobq.job where status = 3").fetchone() == (200,)
+        assert conn.execute("select count(*) from pyjobq.job_all where status = 3").fetchone() == (
+            200,
+        )

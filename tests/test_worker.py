@@ -60,7 +60,7 @@ def test_worker_runs_sync_and_async_handlers_in_batches(dsn: str, db: Conn) -> N
     assert metrics.claims < metrics.claimed
     assert metrics.flushes < metrics.completed
     mismatched = db.execute(
-        "select count(*) from pyjobq.job where result->'n' <> payload->'n'"
+        "select count(*) from pyjobq.job_all where result->'n' <> payload->'n'"
     ).fetchone()
     assert mismatched == (0,)
 
@@ -92,7 +92,7 @@ def test_a_worker_claims_no_more_than_it_can_run_so_others_get_the_rest(dsn: str
 
         def held_by() -> dict[str | None, int]:
             rows = db.execute(
-                "select worker_id, count(*) from pyjobq.job where status = 2 group by worker_id"
+                "select worker_id, count(*) from pyjobq.job_all where status = 2 group by worker_id"
             )
             return dict(rows.fetchall())
 
@@ -114,7 +114,7 @@ def test_only_handled_types_are_claimed(dsn: str, db: Conn) -> None:
         wait_for(lambda: statuses(db) == {1: 1, 3: 1}, "the SEARCH job DONE")
         r.stop()
     assert db.execute(
-        "select status from pyjobq.job where job_id = %s", (outbox.job_id,)
+        "select status from pyjobq.job_all where job_id = %s", (outbox.job_id,)
     ).fetchone() == (1,)
 
 
@@ -141,7 +141,7 @@ def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, 
         metrics = r.stop()
     rows = {
         row[0]: row[1:]
-        for row in db.execute("select job_id, status, attempts, last_error from pyjobq.job")
+        for row in db.execute("select job_id, status, attempts, last_error from pyjobq.job_all")
     }
     assert rows[retry][:2] == (3, 2)  # retried at once, done on attempt 2
     assert rows[dead][:2] == (4, 1)  # dead-lettered although 4 attempts were left
@@ -182,7 +182,7 @@ def test_lost_lease_drops_the_result(dsn: str, db: Conn) -> None:
         wait_for(lambda: worker.metrics.lease_lost == 1, "the loss to be noticed")
         metrics = r.stop()
     assert metrics.completed == 0
-    row = db.execute("select status, result from pyjobq.job where job_id = %s", (job_id,))
+    row = db.execute("select status, result from pyjobq.job_all where job_id = %s", (job_id,))
     assert row.fetchone() == (1, None)
 
 
@@ -307,7 +307,8 @@ def test_a_cancelled_job_stops_its_handler_and_the_worker_carries_on(
     assert sorted(seen) == ["async cancelled", "sync saw cancelled=True"]
     assert (metrics.cancelled, metrics.completed, metrics.lease_lost) == (2, 10, 0)
     rows = db.execute(
-        "select status, result from pyjobq.job where job_id = any (%s)", ([long_sync, long_async],)
+        "select status, result from pyjobq.job_all where job_id = any (%s)",
+        ([long_sync, long_async],),
     ).fetchall()
     assert rows == [(5, None), (5, None)]  # CANCELLED, and nothing the attempts returned
 
@@ -426,7 +427,7 @@ def test_a_rate_limited_worker_sleeps_until_the_window_opens(dsn: str, db: Conn)
     with running(worker) as r:
         wait_for(lambda: statuses(db) == {3: 15}, "every job DONE")
         r.stop()
-    starts = [row[0] for row in db.execute("select run_started_at from pyjobq.job order by 1")]
+    starts = [row[0] for row in db.execute("select run_started_at from pyjobq.job_all order by 1")]
     assert all(b - a >= timedelta(seconds=1) for a, b in zip(starts, starts[5:], strict=False))
 
 
@@ -456,7 +457,7 @@ def test_a_worker_claims_again_as_its_jobs_free_their_keys(dsn: str, db: Conn) -
     def db_key(job: ClaimedJob) -> object:
         with psycopg.connect(dsn) as c:
             row = c.execute(
-                "select concurrency_key from pyjobq.job where job_id = %s", (job.job_id,)
+                "select concurrency_key from pyjobq.job_all where job_id = %s", (job.job_id,)
             ).fetchone()
         assert row is not None
         return row[0]

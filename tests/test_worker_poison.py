@@ -61,7 +61,8 @@ def enqueue_with_poison(db: Conn, poison_payload: dict[str, Any], max_attempts: 
 
 def assert_good_jobs_done_once(db: Conn, poison: Any) -> None:
     rows = db.execute(
-        "select status, attempts, result->'n' = payload->'n' from pyjobq.job where job_id <> %s",
+        "select status, attempts, result->'n' = payload->'n'"
+        " from pyjobq.job_all where job_id <> %s",
         (poison,),
     ).fetchall()
     assert rows == [(3, 1, True)] * GOOD
@@ -80,7 +81,7 @@ def test_a_result_that_cannot_be_stored_fails_its_own_job_only(
         metrics = r.stop()  # it stopped because it was asked to, and returns its metrics
     assert_good_jobs_done_once(db, poison)
     status, attempts, last_error = one_row(
-        db, "select status, attempts, last_error from pyjobq.job where job_id = %s", (poison,)
+        db, "select status, attempts, last_error from pyjobq.job_all where job_id = %s", (poison,)
     )
     assert (status, attempts) == (4, 1)
     assert "UnstorableResult" in last_error
@@ -99,7 +100,9 @@ def test_error_text_that_cannot_be_stored_is_made_storable(dsn: str, db: Conn) -
         wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
         r.stop()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
+    (last_error,) = one_row(
+        db, "select last_error from pyjobq.job_all where job_id = %s", (poison,)
+    )
     assert "bad\ufffdbyte ?" in last_error
     assert len(last_error) <= 10_000
     assert "characters cut" in last_error
@@ -124,10 +127,10 @@ def test_a_handler_calling_sys_exit_fails_its_job_only(dsn: str, db: Conn) -> No
     with running(Worker(dsn, handlers, concurrency=4)) as r:
         wait_for(lambda: statuses(db) == {3: 2 * GOOD, 4: 2}, "the good jobs DONE, both DEAD")
         r.stop()
-    errors = [e for (e,) in db.execute("select last_error from pyjobq.job where status = 4")]
+    errors = [e for (e,) in db.execute("select last_error from pyjobq.job_all where status = 4")]
     assert sorted("SystemExit: 3" in e or "SystemExit: 4" in e for e in errors) == [True, True]
     assert db.execute(
-        "select count(*) from pyjobq.job where job_type = 1 and status = 3 and job_id <> %s",
+        "select count(*) from pyjobq.job_all where job_type = 1 and status = 3 and job_id <> %s",
         (poison,),
     ).fetchone() == (GOOD,)
 
@@ -144,7 +147,9 @@ def test_a_handler_whose_allocation_fails_fails_its_job_only(dsn: str, db: Conn)
         wait_for(lambda: statuses(db) == {3: GOOD, 4: 1}, "the good jobs DONE, the poison DEAD")
         r.stop()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
+    (last_error,) = one_row(
+        db, "select last_error from pyjobq.job_all where job_id = %s", (poison,)
+    )
     assert "MemoryError" in last_error
 
 
@@ -193,7 +198,7 @@ def test_a_retry_delay_out_of_range_keeps_the_default_backoff(dsn: str, db: Conn
             lambda: (
                 statuses(db) == {3: GOOD, 1: 1}
                 and db.execute(
-                    "select attempts from pyjobq.job where job_id = %s", (poison,)
+                    "select attempts from pyjobq.job_all where job_id = %s", (poison,)
                 ).fetchone()
                 == (1,)
             ),
@@ -202,7 +207,9 @@ def test_a_retry_delay_out_of_range_keeps_the_default_backoff(dsn: str, db: Conn
         r.stop()
     assert_good_jobs_done_once(db, poison)
     (last_error, backoff) = one_row(
-        db, "select last_error, run_after > updated_at from pyjobq.job where job_id = %s", (poison,)
+        db,
+        "select last_error, run_after > updated_at from pyjobq.job_all where job_id = %s",
+        (poison,),
     )
     assert "retry delay -5 refused" in last_error
     assert backoff
@@ -233,7 +240,7 @@ def test_rows_locked_past_the_lock_timeout_delay_completions_but_lose_nothing(
         metrics = r.stop()
     assert metrics.completed == 8
     assert metrics.lease_lost == 0
-    assert db.execute("select count(*) from pyjobq.job where attempts = 1").fetchone() == (8,)
+    assert db.execute("select count(*) from pyjobq.job_all where attempts = 1").fetchone() == (8,)
 
 
 def test_a_refused_call_is_retried_and_fails_no_job(
@@ -276,7 +283,9 @@ def test_a_handler_that_hangs_fails_its_attempt_at_the_job_timeout(dsn: str, db:
         release.set()
     assert hung.is_set()
     assert_good_jobs_done_once(db, poison)
-    (last_error,) = one_row(db, "select last_error from pyjobq.job where job_id = %s", (poison,))
+    (last_error,) = one_row(
+        db, "select last_error from pyjobq.job_all where job_id = %s", (poison,)
+    )
     assert "did not finish within 1.0s" in last_error
     assert metrics.timed_out == 1
 
@@ -350,7 +359,7 @@ def test_hung_sync_handlers_past_their_timeout_do_not_eat_the_worker(dsn: str, d
     finally:
         release.set()
     rows = db.execute(
-        "select status, attempts, result->'n' = payload->'n' from pyjobq.job"
+        "select status, attempts, result->'n' = payload->'n' from pyjobq.job_all"
         " where not job_id = any (%s)",
         ([e.job_id for e in hung],),
     ).fetchall()

@@ -39,7 +39,7 @@ def test_sigkilled_worker_jobs_are_reaped_and_finished_once_by_another(
     finally:
         victim.kill()
     wait_until_sessions_end(db, "victim")
-    held = db.execute("select job_id from pyjobq.job where status = 2").fetchall()
+    held = db.execute("select job_id from pyjobq.job_all where status = 2").fetchall()
     assert held, "the victim died holding jobs"
     # Its hour-long leases run out now, instead of in an hour.
     db.execute("update pyjobq.job set lease_until = now() - interval '1 second' where status = 2")
@@ -50,7 +50,7 @@ def test_sigkilled_worker_jobs_are_reaped_and_finished_once_by_another(
         wait_for(
             lambda: (
                 db.execute(
-                    "select count(*) from pyjobq.job where status = 1 and attempts = 1"
+                    "select count(*) from pyjobq.job_all where status = 1 and attempts = 1"
                 ).fetchone()
                 == (len(held),)
             ),
@@ -66,14 +66,14 @@ def test_sigkilled_worker_jobs_are_reaped_and_finished_once_by_another(
     metrics = json.loads((tmp_path / "survivor.json").read_text())
     assert metrics["reaped"] == len(held)
     reran = db.execute(
-        "select count(*) from pyjobq.job where attempts = 2 and job_id = any(%s)",
+        "select count(*) from pyjobq.job_all where attempts = 2 and job_id = any(%s)",
         ([h[0] for h in held],),
     ).fetchone()
     assert reran == (len(held),)
     # The effects key is (job_id, attempt): no attempt ran twice, and every DONE job's
     # final attempt ran exactly once.
     final = db.execute(
-        "select count(*) from pyjobq.job j join effects e "
+        "select count(*) from pyjobq.job_all j join effects e "
         "on e.job_id = j.job_id and e.attempt = j.attempts"
     ).fetchone()
     assert final == (200,)
@@ -96,7 +96,7 @@ def test_sigterm_drains_running_jobs_and_releases_prefetched_ones(
     assert counts[3] == effects(db) == metrics["completed"]  # everything started finished
     assert metrics["released"] >= 1  # the prefetched ones were given back...
     unused = db.execute(
-        "select count(*) from pyjobq.job where status = 1 and attempts = attempts_refunded"
+        "select count(*) from pyjobq.job_all where status = 1 and attempts = attempts_refunded"
     )
     assert unused.fetchone() == (counts[1],)  # ...with no try used up
 
@@ -120,7 +120,7 @@ def test_a_cancel_reaches_the_handler_in_a_worker_process(
         assert worker.wait(60) == 0
     finally:
         worker.kill()
-    row = db.execute("select status, result from pyjobq.job where job_id = %s", (job,))
+    row = db.execute("select status, result from pyjobq.job_all where job_id = %s", (job,))
     assert row.fetchone() == (5, None)  # CANCELLED, and nothing the attempt returned
     metrics = json.loads((tmp_path / "cancelled.json").read_text())
     assert (metrics["cancelled"], metrics["completed"]) == (1, 0)

@@ -44,7 +44,9 @@ def prepare(conn: Conn) -> None:
 
 
 def statuses(conn: Conn) -> dict[int, int]:
-    return dict(conn.execute("select status, count(*) from pyjobq.job group by status").fetchall())
+    return dict(
+        conn.execute("select status, count(*) from pyjobq.job_all group by status").fetchall()
+    )
 
 
 class Running:

@@ -16,7 +16,7 @@ Beyond the common contract it has two commands of its own, for the
 pyjobq-only scenarios of run.py:
 
     claimcost K PENDING DONE   load PENDING due and DONE finished rows straight
-                               into pyjobq.job, VACUUM ANALYZE, then time K
+                               into job and job_history, VACUUM ANALYZE, then time K
                                cycles of claim(10) + complete_many, one client
     sustained SECONDS RATE W   a producer enqueues RATE jobs/s (a batch every
                                10 ms) while one Worker(concurrency=W) runs them;
@@ -123,7 +123,7 @@ async def enqueue(n: int) -> float:
 
 async def count_status() -> dict[int, int]:
     async with await connect() as conn:
-        cur = await conn.execute("select status, count(*) from pyjobq.job group by status")
+        cur = await conn.execute("select status, count(*) from pyjobq.job_all group by status")
         return {int(s): int(c) for s, c in await cur.fetchall()}
 
 
@@ -233,7 +233,7 @@ async def latency(k: int, w: int) -> list[float | None]:
 
 # Ids and seq as job_enqueue_many makes them (time-ordered), without its per-call limit.
 LOAD_SQL = """
-insert into pyjobq.job
+insert into pyjobq.{table}
   (job_id, seq, job_type, status, payload, result, attempts, run_after, worker_id,
    run_started_at, created_at, updated_at)
 select n.job_id, n.seq, 1, %(status)s, '{}', %(result)s, %(attempts)s, now() - interval '1 hour',
@@ -243,13 +243,14 @@ select n.job_id, n.seq, 1, %(status)s, '{}', %(result)s, %(attempts)s, now() - i
 
 
 async def load(conn: psycopg.AsyncConnection[Any], pending: int, done: int) -> dict[str, float]:
-    """Fill pyjobq.job the fast way: DONE rows first (older), then due PENDING ones."""
+    """Fill the queue the fast way: DONE rows into the history (older), then due PENDING
+    ones into job."""
     took: dict[str, float] = {}
     started = time.perf_counter()
     chunk = 1_000_000
     for i in range(0, done, chunk):
         await conn.execute(
-            LOAD_SQL,
+            LOAD_SQL.format(table="job_history"),
             {
                 "status": 3,
                 "result": None,
@@ -261,7 +262,7 @@ async def load(conn: psycopg.AsyncConnection[Any], pending: int, done: int) -> d
         )
     if pending:
         await conn.execute(
-            LOAD_SQL,
+            LOAD_SQL.format(table="job"),
             {
                 "status": 1,
                 "result": None,
@@ -273,9 +274,12 @@ async def load(conn: psycopg.AsyncConnection[Any], pending: int, done: int) -> d
         )
     took["load_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    await conn.execute("vacuum analyze pyjobq.job")
+    await conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
     took["vacuum_analyze_s"] = time.perf_counter() - started
-    cur = await conn.execute("select pg_total_relation_size('pyjobq.job')")
+    cur = await conn.execute(
+        "select sum(pg_total_relation_size(relid)) from pg_partition_tree('pyjobq.job_history')"
+        " where isleaf or relid = 'pyjobq.job'::regclass"
+    )
     row = await cur.fetchone()
     took["table_mb"] = round((row[0] if row else 0) / 2**20, 1)
     return took
@@ -303,7 +307,7 @@ async def claimcost(k: int, pending: int, done: int) -> dict[str, Any]:
                 break
         cur = await conn.execute(
             "explain (analyze, buffers, costs off, timing off, summary off) "
-            "select c.job_id from pyjobq.job c where c.status = 1"
+            "select c.job_id from pyjobq.job_all c where c.status = 1"
             " and c.run_after <= now() order by c.priority, c.run_after limit 10"
         )
         plan = [r[0] for r in await cur.fetchall()]
@@ -359,7 +363,7 @@ async def sustained(seconds: float, rate: int, w: int) -> dict[str, Any]:
         while not stop.is_set():
             await asyncio.sleep(1.0)
             cur = await observer.execute(
-                "select (select count(*) from pyjobq.job where status = 1),"
+                "select (select count(*) from pyjobq.job_all where status = 1),"
                 " n_dead_tup, n_live_tup, autovacuum_count, autoanalyze_count,"
                 " pg_relation_size('pyjobq.job'),"
                 " pg_relation_size('pyjobq.job_claim_idx')"

@@ -112,7 +112,7 @@ class Witness(WorkerHooks):
         completed = Counter(self.completed)
         rows = retrying(
             dsn,
-            "select job_id, status, attempts from pyjobq.job where job_id = any(%s)",
+            "select job_id, status, attempts from pyjobq.job_all where job_id = any(%s)",
             ([job_id for job_id, _ in completed],),
         )
         now = {job_id: (status, attempts) for job_id, status, attempts in rows}
@@ -201,7 +201,8 @@ def _fail_over(primary: Primary, standby: LocalPostgres, mode: str, scale: float
     # Each worker's first claim on the promoted standby, as far as its jobs' last attempts show.
     back = retrying(
         dsn,
-        "select min(run_started_at) from pyjobq.job where run_started_at >= %s group by worker_id",
+        "select min(run_started_at) from pyjobq.job_all where run_started_at >= %s"
+        " group by worker_id",
         (promoted_at,),
     )
     figures.update(
@@ -238,7 +239,7 @@ def _seconds(start: datetime, end: datetime) -> float:
 
 def _kept(dsn: str, job_ids: list[UUID]) -> list[UUID]:
     """The jobs of ``job_ids`` the database has: all of them, unless the failover lost some."""
-    rows = retrying(dsn, "select job_id from pyjobq.job where job_id = any(%s)", (job_ids,))
+    rows = retrying(dsn, "select job_id from pyjobq.job_all where job_id = any(%s)", (job_ids,))
     return [r[0] for r in rows]
 
 

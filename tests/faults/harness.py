@@ -152,7 +152,7 @@ class Producer:
 
 
 def finished(dsn: str) -> int:
-    count: int = retrying(dsn, "select count(*) from pyjobq.job where status in (3, 4)")[0][0]
+    count: int = retrying(dsn, "select count(*) from pyjobq.job_all where status in (3, 4)")[0][0]
     return count
 
 
@@ -160,7 +160,7 @@ def drained(dsn: str, acknowledged: list[UUID]) -> bool:
     """Every acknowledged job finished, and nothing else is left: a batch whose commit
     went through but whose acknowledgement was lost in a fault is in the table too."""
     done, total = retrying(
-        dsn, "select count(*) filter (where status in (3, 4)), count(*) from pyjobq.job"
+        dsn, "select count(*) filter (where status in (3, 4)), count(*) from pyjobq.job_all"
     )[0]
     return bool(done >= len(acknowledged) and done == total)
 
@@ -168,7 +168,7 @@ def drained(dsn: str, acknowledged: list[UUID]) -> bool:
 def verify(dsn: str, acknowledged: list[UUID]) -> dict[str, Any]:
     """Check the end state and return the figures: every acknowledged job is in the table and
     DONE or DEAD, every DONE job's final attempt ran, and no attempt ran twice."""
-    rows = retrying(dsn, "select job_id, status, attempts from pyjobq.job")
+    rows = retrying(dsn, "select job_id, status, attempts from pyjobq.job_all")
     status = {r[0]: (r[1], r[2]) for r in rows}
     effects = retrying(dsn, "select job_id, attempt from fault_effects")
     ran = {(r[0], r[1]) for r in effects}

@@ -96,7 +96,7 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
 
 
 def _done_ids(dsn: str) -> list[Any]:
-    return [r[0] for r in retrying(dsn, "select job_id from pyjobq.job where status = 3")]
+    return [r[0] for r in retrying(dsn, "select job_id from pyjobq.job_all where status = 3")]
 
 
 def _connect_retrying(dsn: str) -> psycopg.Connection[Any]:
@@ -247,7 +247,7 @@ def connection_exhaustion(dsn: str, scale: float = 1.0) -> Figures:
 
 
 def finished_on(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("select count(*) from pyjobq.job where status in (3, 4)").fetchone()
+    row = conn.execute("select count(*) from pyjobq.job_all where status in (3, 4)").fetchone()
     return row[0] if row else 0
 
 
@@ -294,7 +294,7 @@ def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
         snap = psycopg.connect(dsn)
         stack.callback(snap.close)
         snap.execute("set transaction isolation level repeatable read")
-        seen = snap.execute("select count(*), sum(attempts) from pyjobq.job").fetchone()
+        seen = snap.execute("select count(*), sum(attempts) from pyjobq.job_all").fetchone()
         readers = [threading.Thread(target=reader, daemon=True) for _ in range(2)]
         for t in readers:
             t.start()
@@ -302,7 +302,7 @@ def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
         stop.set()
         for t in readers:
             t.join(10)
-        still = snap.execute("select count(*), sum(attempts) from pyjobq.job").fetchone()
+        still = snap.execute("select count(*), sum(attempts) from pyjobq.job_all").fetchone()
         with psycopg.connect(dsn, autocommit=True) as conn:
             dead_tuples = conn.execute(
                 "select n_dead_tup from pg_stat_user_tables where relid = 'pyjobq.job'::regclass"
@@ -324,7 +324,7 @@ def pinned_horizon(dsn: str, scale: float = 1.0) -> Figures:
 
 
 def _all_ids(dsn: str) -> list[tuple[Any, ...]]:
-    return retrying(dsn, "select job_id from pyjobq.job")
+    return retrying(dsn, "select job_id from pyjobq.job_all")
 
 
 def overload(dsn: str, scale: float = 1.0) -> Figures:

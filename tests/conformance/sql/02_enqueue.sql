@@ -44,4 +44,4 @@ select * from job_enqueue_many(1, '{"{}", null}');
 select * from job_enqueue_many(1, '{"{}", "{}"}', '{"k"}');
 select * from job_enqueue_many(1, '{"{}"}', '{""}');
 -- None of the failed calls left a job behind.
-select count(*) as pending from pyjobq.job where status = 1;
+select count(*) as pending from pyjobq.job_all where status = 1;

@@ -22,5 +22,5 @@ select :'second_id' <> :'first_id' as new_job, :'created' as created;
 select ord, created, job_id = :'second_id' as second_id
   from job_enqueue_many(1, '{"{\"v\": 6}", "{\"v\": 7}", "{\"v\": 8}", "{\"v\": 9}"}',
                         '{"order-7", "order-8", "order-8", null}');
-select count(*) as active_order_8 from pyjobq.job where dedupe_key = 'order-8' and status in (1, 2);
-select count(*) as active_jobs from pyjobq.job where status in (1, 2);
+select count(*) as active_order_8 from pyjobq.job_all where dedupe_key = 'order-8' and status in (1, 2);
+select count(*) as active_jobs from pyjobq.job_all where status in (1, 2);

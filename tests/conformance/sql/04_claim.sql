@@ -24,7 +24,7 @@ set pyjobq.fake_now = '2030-01-01 00:01:00+00';
 select job_id = :'late' as is_late, payload, attempt, run_after, lease_until, created_at
   from job_claim('w1', 10);
 select status, count(*) as jobs, count(distinct worker_id) as workers
-  from pyjobq.job group by status order by status;
+  from pyjobq.job_all group by status order by status;
 -- Argument errors.
 select * from job_claim('', 1);
 select * from job_claim(repeat('w', 81), 1);

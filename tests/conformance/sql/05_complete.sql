@@ -15,14 +15,14 @@ select job_complete('00000000-0000-0000-0000-000000000000', 'w1', 1);
 select job_complete(:'a', 'w1', 1, '{"rows": 3}');
 -- The same attempt again: JQ003.
 select job_complete(:'a', 'w1', 1);
-select status, result, lease_until, worker_id from pyjobq.job where job_id = :'a';
+select status, result, lease_until, worker_id from pyjobq.job_all where job_id = :'a';
 -- Many at once: a job this holder already completed (a) reports completed = true again
 -- (a retry after a lost reply), its result unchanged; one not held comes back false.
 select job_id = :'b' as is_b, job_id = :'c' as is_c, job_id = :'a' as is_a, completed
   from job_complete_many('w1', array[:'b', :'c', :'a']::uuid[], '{1, 1, 1}',
                          array['{"ok": "b"}', null, null]::jsonb[]);
 select job_id = :'d' as is_d, completed from job_complete_many('w2', array[:'d']::uuid[], '{1}');
-select payload->>'n' as job, status, result from pyjobq.job order by priority;
+select payload->>'n' as job, status, result from pyjobq.job_all order by priority;
 -- Argument errors.
 select job_complete(:'d', '', 1);
 select job_complete(:'d', 'w1', 0);
@@ -30,4 +30,4 @@ select job_complete(:'d', 'w1', null);
 select * from job_complete_many('w1', '{}', '{}');
 select * from job_complete_many('w1', array[:'d']::uuid[], '{1, 2}');
 select * from job_complete_many('w1', array[:'d']::uuid[], '{1}', '{"{}", "{}"}');
-select status from pyjobq.job where job_id = :'d';
+select status from pyjobq.job_all where job_id = :'d';

@@ -8,7 +8,7 @@ select attempt from job_claim('w1', 1);
 -- Default backoff after attempt 1: 2 s minus up to 25% jitter.
 select status, run_after >= '2030-01-01 00:00:01.5+00' and run_after <= '2030-01-01 00:00:02+00' as backoff_1
   from job_fail(:'j', 'w1', 1, 'boom');
-select last_error, worker_id, lease_until from pyjobq.job where job_id = :'j';
+select last_error, worker_id, lease_until from pyjobq.job_all where job_id = :'j';
 -- Not claimable while backing off.
 SELECT job_claim('w1', 1);
 set pyjobq.fake_now = '2030-01-01 00:00:02+00';
@@ -19,7 +19,7 @@ set pyjobq.fake_now = '2030-01-01 00:00:12+00';
 select attempt from job_claim('w2', 1);
 -- The last attempt failing makes the job DEAD; the last holder is kept.
 select * from job_fail(:'j', 'w2', 3, 'gave up', 10);
-select status, attempts, worker_id, last_error, lease_until from pyjobq.job where job_id = :'j';
+select status, attempts, worker_id, last_error, lease_until from pyjobq.job_all where job_id = :'j';
 select job_fail(:'j', 'w2', 3);
 set pyjobq.fake_now = '2030-01-01 01:00:00+00';
 SELECT job_claim('w1', 1);
@@ -40,4 +40,4 @@ select * from job_fail(:'q', 'w1', 1, 'x', -1);
 select * from job_fail(:'q', 'w1', 1, 'x', 31536001);
 select * from job_fail('00000000-0000-0000-0000-000000000000', 'w1', 1);
 select * from job_fail(:'q', 'w1', 1, repeat('x', 20000), 0);
-select status, length(last_error) as error_length from pyjobq.job where job_id = :'q';
+select status, length(last_error) as error_length from pyjobq.job_all where job_id = :'q';

@@ -23,7 +23,7 @@ select job_renew_lease(:'j', 'w1', 1, 86401);
 -- Release: PENDING again at its place in the queue, the try given back; the
 -- token is not: the next claim is attempt 2.
 select job_release(:'j', 'w1', 1);
-select status, attempts, attempts_refunded, worker_id, lease_until, run_after from pyjobq.job where job_id = :'j';
+select status, attempts, attempts_refunded, worker_id, lease_until, run_after from pyjobq.job_all where job_id = :'j';
 select job_release(:'j', 'w1', 1);
 select job_renew_lease(:'j', 'w1', 1);
 select job_id = :'j' as same_job, attempt, run_after from job_claim('w2', 1);

@@ -18,7 +18,7 @@ select job_id = :'j' as is_j, job_type, status, worker_id, attempt,
 select job_id = :'k' as is_k, job_type, status, worker_id, attempt
   from job_reap();
 select * from job_reap();
-select last_error from pyjobq.job where job_id = :'j';
+select last_error from pyjobq.job_all where job_id = :'j';
 -- The old holder can no longer finish, fail, renew or release.
 select job_complete(:'j', 'w1', 1);
 select * from job_fail(:'j', 'w1', 1);
@@ -31,7 +31,7 @@ select job_complete(:'j', 'w1', 1);
 -- Its last attempt expiring makes the job DEAD.
 set pyjobq.fake_now = '2030-01-01 00:03:01+00';
 select job_id = :'j' as is_j, status, worker_id, attempt from job_reap();
-select status, attempts, worker_id from pyjobq.job where job_id = :'j';
+select status, attempts, worker_id from pyjobq.job_all where job_id = :'j';
 select job_complete(:'j', 'w1', 2);
 select * from job_reap(0);
 select * from job_reap(100001);

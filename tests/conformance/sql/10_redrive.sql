@@ -13,12 +13,12 @@ select status from job_fail(:'c', 'w1', 1, 'x');
 -- By id.
 set pyjobq.fake_now = '2030-01-01 00:10:00+00';
 select job_id = :'b' as is_b from job_redrive(array[:'b']::uuid[]);
-select status, attempts, attempts_refunded, run_after, worker_id, last_error from pyjobq.job where job_id = :'b';
+select status, attempts, attempts_refunded, run_after, worker_id, last_error from pyjobq.job_all where job_id = :'b';
 -- By type; a DEAD job whose key an active job now holds stays DEAD.
 select job_id = :'a' as is_a, created from job_enqueue(1, '{"n": "a2"}', p_dedupe_key => 'key-a');
 select * from job_redrive(p_job_type => 1);
 select job_id = :'c' as is_c from job_redrive(p_job_type => 2);
-select payload->>'n' as job, status, attempts from pyjobq.job order by payload->>'n';
+select payload->>'n' as job, status, attempts from pyjobq.job_all order by payload->>'n';
 -- Nothing DEAD left but job a: everything else untouched.
 select job_id = :'a' as is_a from job_redrive();
 select count(*) from job_redrive(p_limit => 1);

@@ -78,6 +78,7 @@ begin
     pyjobq.job_redrive(uuid[], int, int),
     pyjobq.job_audit(bigint, int),
     pyjobq.job_prune(interval, int),
+    pyjobq.job_history_maintain(int),
     pyjobq.job_type_register(int, text),
     pyjobq.job_type_grant(int, text, text),
     pyjobq.job_type_revoke(int, text, text),
@@ -103,7 +104,8 @@ comment on function pyjobq.grant_roles() is
   'Creates the NOLOGIN group roles pyjobq_producer (enqueue, batches, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
   'next due, complete, fail, '
   'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies, batch get) and pyjobq_admin (counts, '
-  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, audit, '
+  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, history '
+  'maintenance, audit, '
   'register types, per-type grants, limits, settings, schedules) '
   'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
   'installation; run it again as a role with CREATEROLE when the installing role could not create them.';

@@ -10,7 +10,8 @@ as many on each of ``--days`` days before today (each day's partition made first
 ``_history_day``, as job_history_maintain makes them), and VACUUM ANALYZEd; the same drains and
 claim cost run again. Last, ``job_prune`` cuts off the oldest day: how long it took, what it
 returned, the WAL it wrote and the dead rows it left for vacuum, and the autovacuum workers seen
-in the ``--settle`` seconds after it.
+in the ``--settle`` seconds after it. For comparison, retention as it was before: ``--row-prune``
+DONE jobs of a day without a partition deleted by job_prune's row path, and the VACUUM after.
 
 ``.venv/bin/python bench/history.py [--history 50000000] [--days 5] [--jobs 100000]
 [--workers 8] [--rounds 3] [--pending 100000] [--cycles 2000] [--settle 30]``
@@ -157,6 +158,37 @@ def dead_rows(conn: Conn) -> int:
     return int(row[0])
 
 
+def prune_rows(conn: Conn, rows: int, days: int) -> None:
+    """Retention as it was before the history had partitions: ``rows`` DONE jobs of a day that
+    has no partition (so in the default one) deleted by job_prune's row path, 100,000 a call,
+    then the VACUUM that cleans up after them."""
+    day = datetime.now(UTC).date() - timedelta(days=days + 10)
+    conn.execute(LOAD_DAY, {"day": datetime(day.year, day.month, day.day, tzinfo=UTC), "n": rows})
+    conn.execute("vacuum analyze pyjobq.job_history_default")
+    age = datetime.now(UTC) - datetime(day.year, day.month, day.day, tzinfo=UTC) - timedelta(days=1)
+    before = wal_lsn(conn)
+    started = time.perf_counter()
+    deleted = 0
+    while True:
+        row = conn.execute("select pyjobq.job_prune(%s, 100000)", (age,)).fetchone()
+        deleted += int(row[0]) if row else 0
+        if not row or row[0] < 100000:
+            break
+    took = time.perf_counter() - started
+    wal = wal_lsn(conn) - before
+    before = wal_lsn(conn)
+    started = time.perf_counter()
+    conn.execute("vacuum pyjobq.job_history_default")
+    vacuumed = time.perf_counter() - started
+    vacuum_wal = wal_lsn(conn) - before
+    print(
+        f"row by row (the default partition, as before schema 27): {deleted:,} jobs in"
+        f" {took:.1f} s, WAL {wal / max(deleted, 1):.0f} B/job; then VACUUM {vacuumed:.1f} s,"
+        f" WAL {vacuum_wal / max(deleted, 1):.0f} B/job",
+        flush=True,
+    )
+
+
 def prune(conn: Conn, settle: int) -> None:
     """job_prune with the cutoff at the end of the oldest loaded day."""
     oldest = conn.execute(
@@ -197,6 +229,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--settle", type=int, default=30)
+    parser.add_argument("--row-prune", type=int, default=10_000_000)
     args = parser.parse_args()
     with LocalPostgres(settings=SETTINGS) as server:
         migrate(server.dsn())
@@ -214,6 +247,8 @@ def main() -> None:
                 flush=True,
             )
             prune(conn, args.settle)
+            if args.row_prune:
+                prune_rows(conn, args.row_prune, args.days)
 
 
 if __name__ == "__main__":

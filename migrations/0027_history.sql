@@ -2039,7 +2039,13 @@ begin
       v_made := v_made + 1;
     end if;
   end loop;
-  analyze pyjobq.job_history;
+  -- A day's partitions are made even when the ANALYZE must wait (an
+  -- autovacuum of a partition holds its lock): the next day's call analyzes.
+  begin
+    analyze pyjobq.job_history;
+  exception when lock_not_available then
+    null;
+  end;
   return v_made;
 end;
 $$;

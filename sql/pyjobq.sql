@@ -24,7 +24,10 @@
 -- decision is made here, in one statement per transition, so no client can
 -- disagree with another.
 --
--- A job's life, in the order the functions are defined below:
+-- A job's life, in the order the functions are defined below. A job yet to
+-- end is a row of pyjobq.job; its end (DONE, DEAD, CANCELLED) moves the row
+-- to pyjobq.job_history, partitioned by the day it ended, and job_redrive
+-- moves it back; the view pyjobq.job_all shows both.
 --
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
 --   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
@@ -42,7 +45,8 @@
 --   job_redrive                      -> DEAD back to PENDING with a fresh budget of attempts
 --   job_enqueue(p_depends_on)        -> WAITING (6) until its parents end, then PENDING (or CANCELLED)
 --   job_batch_open / _close / _get   -> a batch of jobs (job_enqueue's p_batch_id), its counts and callbacks
---   job_prune                        -> DONE, DEAD and CANCELLED rows deleted after a while
+--   job_prune                        -> DONE, DEAD and CANCELLED jobs deleted after a while: whole days
+--   job_history_maintain             -> the history's day partitions made ahead (job_reap calls it)
 --   job_settings(_set)               -> the install's settings: whether calls without a lease token count
 --
 -- Ownership: a claim hands out (job_id, worker_id, attempt) and a lease
@@ -6039,7 +6043,13 @@ begin
       v_made := v_made + 1;
     end if;
   end loop;
-  analyze pyjobq.job_history;
+  -- A day's partitions are made even when the ANALYZE must wait (an
+  -- autovacuum of a partition holds its lock): the next day's call analyzes.
+  begin
+    analyze pyjobq.job_history;
+  exception when lock_not_available then
+    null;
+  end;
   return v_made;
 end;
 $$;

@@ -88,6 +88,29 @@ comment on view pyjobq.job_all is
   'Every job: pyjobq.job (PENDING, RUNNING, WAITING) and job_history (DONE, DEAD, CANCELLED); a job is in '
   'exactly one of them in any snapshot.';
 
+-- The jobs that ended before the upgrade go to one partition: that of the
+-- upgrade's day (UTC), reaching back to the first job. The default
+-- partition stays empty, so the attach of each new day, which reads the
+-- default partition while it holds it exclusively, stays a moment's work;
+-- job_prune drops the partition whole once the upgrade's day is past its
+-- cutoff. An install without ended jobs gets none: it has no old history.
+do $do$
+declare
+  v_day date := (pyjobq.clock_now() at time zone 'UTC')::date;
+begin
+  if not exists (select from pyjobq.job where status in (3, 4, 5)) then
+    return;
+  end if;
+  execute format('create table pyjobq.%I partition of pyjobq.job_history for values from (minvalue) to (%L)',
+                 'job_history_' || to_char(v_day, 'YYYYMMDD'), (v_day + 1)::timestamp at time zone 'UTC');
+  execute format('alter table pyjobq.%I set (autovacuum_vacuum_insert_scale_factor = 0, '
+                 'autovacuum_vacuum_insert_threshold = 100000)', 'job_history_' || to_char(v_day, 'YYYYMMDD'));
+  execute format('comment on table pyjobq.%I is %L', 'job_history_' || to_char(v_day, 'YYYYMMDD'),
+                 format('The jobs that ended on %s (UTC), and before it: those the upgrade to schema 27 found '
+                        'ended. A partition of job_history.', v_day));
+end;
+$do$;
+
 insert into pyjobq.job_history select * from pyjobq.job where status in (3, 4, 5);
 delete from pyjobq.job where status in (3, 4, 5);
 alter table pyjobq.job drop constraint job_status_valid;

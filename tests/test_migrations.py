@@ -330,6 +330,45 @@ def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
     assert_old_rows_work_on_the_new_schema(target, jobs)
 
 
+def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
+    new_database: Callable[[], str],
+) -> None:
+    """Schema 27 moves the jobs that ended before it into the partition of the upgrade's day,
+    which reaches back to the first job: the default partition, which each day's attach reads
+    while holding it, stays empty, and the old history goes with one drop."""
+    target = new_database()
+    migrations = read_migrations(str(migrations_dir()))
+    before_history = migrations[: [m.id for m in migrations].index("0027_history")]
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(before_history))
+    with psycopg.connect(target, autocommit=True) as conn:
+        ids = [one(conn, "select job_id from pyjobq.job_enqueue(1)") for _ in range(3)]
+        done, dead = conn.execute(
+            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
+        ).fetchall()
+        conn.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", done)
+        conn.execute("select * from pyjobq.job_fail(%s, 'w1', %s, 'x', null, true, %s)", dead)
+        today = one(conn, "select (now() at time zone 'UTC')::date")
+    migrate(target)
+    day = f"job_history_{today:%Y%m%d}"
+    with psycopg.connect(target, autocommit=True) as conn:
+        placed = conn.execute(
+            "select job_id, tableoid::regclass::text from pyjobq.job"
+            " union all select job_id, tableoid::regclass::text from pyjobq.job_history"
+        ).fetchall()
+        assert sorted(placed) == sorted(
+            [(done[0], f"pyjobq.{day}"), (dead[0], f"pyjobq.{day}"), (ids[2], "pyjobq.job")]
+        )
+        assert one(conn, "select count(*) from pyjobq.job_history_default") == 0
+        # Its day made, the maintainer makes tomorrow's; once the day is past, one drop.
+        assert one(conn, "select pyjobq.job_history_maintain()") == 1
+        freeze(conn, f"{today + timedelta(days=2)} 00:00+00")
+        assert one(conn, "select pyjobq.job_prune('1 day')") == 2
+        assert one(conn, "select to_regclass(%s)", (f"pyjobq.{day}",)) is None
+
+
 def test_migrate_adopts_a_schema_installed_with_psql(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:

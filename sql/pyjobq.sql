@@ -6078,6 +6078,7 @@ declare
   v_kept boolean;
   v_deleted bigint := 0;
   v_dropped int := 0;
+  v_lock_timeout text := current_setting('lock_timeout');
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
@@ -6105,7 +6106,7 @@ begin
     execute format('select exists (select from %s h'
                    '                 join pyjobq.job_edge e on e.parent_id = h.job_id'
                    '                 join pyjobq.job c on c.job_id = e.child_id'
-                   '                where (h.has_dependants or h.waiting_on is not null) and h.has_dependants)',
+                   '                where h.has_dependants)',
                    v_day.part)
       into v_kept;
     continue when v_kept;
@@ -6120,10 +6121,12 @@ begin
       execute format('drop table %s', v_day.part);
       v_deleted := v_deleted + v_rows;
       v_dropped := v_dropped + 1;
+      -- The caller's own, for the rest of this call and of its transaction
+      -- (a failed block undoes the 100 ms itself).
+      perform set_config('lock_timeout', v_lock_timeout, true);
     exception when lock_not_available then
       null;
     end;
-    perform set_config('lock_timeout', '5s', true);
   end loop;
   -- Then row by row, up to p_limit: what is older than the cutoff in the
   -- partitions that stay (the day the cutoff falls in, the default one).

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 
 from tests.sqlhelp import FROZEN, claim, enqueue, freeze, one, one_row, run_threads
@@ -125,7 +126,11 @@ def test_prune_drops_whole_days_and_deletes_the_rest_row_by_row(conn: Conn) -> N
     # Cut off at noon of the second day: the first day is dropped whole; the second stays for
     # the parent and for what ended after noon, and loses the rest row by row.
     freeze(conn, FROZEN + timedelta(days=3))
-    assert one(conn, "select pyjobq.job_prune('36 hours')") == len(first) + len(second)
+    with conn.transaction():
+        # The drop's own 100 ms wait for its lock is not left to the caller's transaction.
+        conn.execute("set local lock_timeout = '7s'")
+        assert one(conn, "select pyjobq.job_prune('36 hours')") == len(first) + len(second)
+        assert one(conn, "show lock_timeout") == "7s"
     kept = {r[0] for r in conn.execute("select job_id from pyjobq.job_all").fetchall()}
     assert kept == {parent, child, *third}
     days = {r[0] for r in conn.execute(
@@ -199,3 +204,45 @@ def test_ends_and_redrives_racing_leave_each_job_in_exactly_one_table(
     ended = one(conn, "select count(*) from pyjobq.job_history")
     assert (both, live + ended) == (0, jobs)
     assert one(conn, "select count(distinct job_id) from pyjobq.job_all") == jobs
+
+
+def partitions(conn: Conn) -> list[tuple[str]]:
+    return conn.execute(
+        "select c.relname::text from pg_partition_tree('pyjobq.job_history') t"
+        " join pg_class c on c.oid = t.relid where t.isleaf order by 1"
+    ).fetchall()
+
+
+def test_only_an_admin_makes_the_days_and_no_caller_picks_them(
+    conn: Conn, login_role: Callable[..., str]
+) -> None:
+    """job_history_maintain is an admin's; a worker's reap makes the days through it, for the
+    day the database clock says, whatever the worker's session sets; nobody else calls it or
+    the private _history_day, and a refused call makes no partition."""
+    before = partitions(conn)
+    for group in ("pyjobq_worker", "pyjobq_producer", "pyjobq_observer"):
+        with psycopg.connect(login_role(group), autocommit=True) as caller:
+            for call in (
+                "select pyjobq.job_history_maintain(31)",
+                "select pyjobq._history_day('2100-01-01')",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    caller.execute(call)
+    assert partitions(conn) == before
+    day = "select (statement_timestamp() at time zone 'UTC')::date"
+    first = one(conn, day)
+    with psycopg.connect(login_role("pyjobq_worker"), autocommit=True) as worker:
+        # The test clock is the schema owner's: a worker that sets it is refused, not obeyed.
+        worker.execute("set pyjobq.fake_now = '2100-01-01 00:00+00'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            worker.execute("select * from pyjobq.job_reap()")
+        worker.execute("reset pyjobq.fake_now")
+        worker.execute("select * from pyjobq.job_reap()")
+    made = {r[0] for r in partitions(conn)} - {r[0] for r in before}
+    # Today's and tomorrow's, by the database clock (either side of a midnight the test spans).
+    assert made in [
+        {f"job_history_{d:%Y%m%d}", f"job_history_{d + timedelta(days=1):%Y%m%d}"}
+        for d in {first, one(conn, day)}
+    ]
+    with psycopg.connect(login_role("pyjobq_admin"), autocommit=True) as admin:
+        assert one(admin, "select pyjobq.job_history_maintain(3)") == 2

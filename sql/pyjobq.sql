@@ -3499,7 +3499,9 @@ begin
   -- newest version, so a reaper never overwrites a finished or renewed job.
   return query
   with picked as materialized (
-    select r.job_id, r.worker_id, r.attempts
+    select r.job_id, r.worker_id, r.attempts,
+           pyjobq._tries_left(r.attempts, r.attempts_refunded, r.max_attempts) <= 0 as dies,
+           format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts) as error
       from pyjobq.job r
      where r.status = 2
        and r.lease_until < v_now
@@ -3512,14 +3514,14 @@ begin
        set status = 1,
            run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now),
            worker_id = null,
-           last_error = format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts),
+           last_error = p.error,
            lease_until = null,
            updated_at = v_now
       from picked p
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) > 0
+       and not p.dies
     returning j.job_id, j.job_type, j.status, j.run_after
   ), died as (
     -- The worker is cleared even for DEAD: the worker that lost the lease gets
@@ -3529,9 +3531,8 @@ begin
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
-    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after,
-              format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts) as error,
+       and p.dies
+    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after, p.error,
               j.has_dependants or j.batch_id is not null as followed
   ), reaped as (
     select r.job_id, r.job_type, r.status, r.run_after from retried r

@@ -129,9 +129,7 @@ def small_keys_done_after(dsn: str) -> int:
 
 
 def _unfinished(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
-        "select exists (select from pyjobq.job_all where status in (1, 2))"
-    ).fetchone()
+    row = conn.execute("select exists (select from pyjobq.job where status in (1, 2))").fetchone()
     return bool(row and row[0])
 
 

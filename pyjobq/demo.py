@@ -397,7 +397,7 @@ def kill_a_worker_mid_job(
     left = "select 1 where not exists (select from pg_stat_activity where application_name = %s)"
     _poll(conn, left, (app_name,), f"the killed worker's sessions ({app_name}) to end")
     rows = conn.execute(
-        "select job_id, attempts, worker_id from pyjobq.job_all where status = 2"
+        "select job_id, attempts, worker_id from pyjobq.job where status = 2"
     ).fetchall()
     held = [(job_id, attempt) for job_id, attempt, worker in rows
             if int(worker.split(":")[-2]) == victim.pid]  # fmt: skip

@@ -22,12 +22,8 @@ def finish_history(conn: Conn, jobs: int, job_type: int = 1) -> None:
         (job_type, jobs),
     )
     conn.execute(
-        "with done as (delete from pyjobq.job where job_type = %s and status = 1 returning *)"
-        " insert into pyjobq.job_history select job_id, job_type, 3, priority, payload, result,"
-        " dedupe_key, 1, max_attempts, run_after, null, 'history', updated_at, last_error,"
-        " created_at, updated_at, seq, attempts_refunded, notify_done, lease_token,"
-        " concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,"
-        " has_dependants, batch_id from done",
+        "with done as (delete from pyjobq.job j where j.job_type = %s and j.status = 1 returning j)"
+        " select pyjobq._to_history(array_agg(d.j), 3::smallint, pyjobq.clock_now()) from done d",
         (job_type,),
     )
 

@@ -307,7 +307,7 @@ async def claimcost(k: int, pending: int, done: int) -> dict[str, Any]:
                 break
         cur = await conn.execute(
             "explain (analyze, buffers, costs off, timing off, summary off) "
-            "select c.job_id from pyjobq.job_all c where c.status = 1"
+            "select c.job_id from pyjobq.job c where c.status = 1"
             " and c.run_after <= now() order by c.priority, c.run_after limit 10"
         )
         plan = [r[0] for r in await cur.fetchall()]
@@ -363,7 +363,7 @@ async def sustained(seconds: float, rate: int, w: int) -> dict[str, Any]:
         while not stop.is_set():
             await asyncio.sleep(1.0)
             cur = await observer.execute(
-                "select (select count(*) from pyjobq.job_all where status = 1),"
+                "select (select count(*) from pyjobq.job where status = 1),"
                 " n_dead_tup, n_live_tup, autovacuum_count, autoanalyze_count,"
                 " pg_relation_size('pyjobq.job'),"
                 " pg_relation_size('pyjobq.job_claim_idx')"

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pyjobq.aio import AsyncJobQueue
 from pyjobq.migrate import migrate
 from pyjobq.rows import ClaimedJob
-from pyjobq.worker import Worker
+from pyjobq.worker import Worker, WorkerConfig
 
 JOB_TYPE = 1
 ENQUEUE_BATCH = int(os.environ.get("PYJOBQ_ENQUEUE_BATCH", "20000"))
@@ -54,6 +54,8 @@ DRAIN_MODE = os.environ.get("PYJOBQ_DRAIN", "worker")
 LOOP_BATCH = int(os.environ.get("PYJOBQ_LOOP_BATCH", "50"))
 # Worker prefetch (jobs claimed ahead of free runners); unset = the Worker default.
 PREFETCH = int(os.environ["PYJOBQ_PREFETCH"]) if os.environ.get("PYJOBQ_PREFETCH") else None
+# Most completions per job_complete_many call; unset = the Worker default.
+FLUSH_BATCH = int(os.environ.get("PYJOBQ_FLUSH_BATCH") or WorkerConfig().flush_batch)
 CLAIMCOST_BATCH = 10
 SUSTAINED_TICK_S = 0.010
 
@@ -93,7 +95,7 @@ def worker_settings(w: int) -> dict[str, Any]:
         }
     return {
         "drain": "pyjobq.worker.Worker(concurrency=W), defaults: adaptive prefetch"
-        " (at most max(256, 8W)), flush_delay=10ms, flush_batch=100",
+        f" (at most max(256, 8W)), flush_delay=10ms, flush_batch={FLUSH_BATCH}",
         "listen": "LISTEN/NOTIFY on pyjobq_job",
     }
 
@@ -166,7 +168,9 @@ async def drain_worker(n: int, w: int) -> contract.DrainResult:
         if handled[0] >= n:
             all_handled.set()
 
-    worker = Worker(dsn(), {JOB_TYPE: noop}, concurrency=w, prefetch=PREFETCH)
+    worker = Worker(
+        dsn(), {JOB_TYPE: noop}, concurrency=w, prefetch=PREFETCH, flush_batch=FLUSH_BATCH
+    )
     started = time.perf_counter()
     task = await run_worker(worker)
     await all_handled.wait()

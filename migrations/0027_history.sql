@@ -97,15 +97,16 @@ comment on view pyjobq.job_all is
 do $do$
 declare
   v_day date := (pyjobq.clock_now() at time zone 'UTC')::date;
+  v_name text := 'job_history_' || to_char(v_day, 'YYYYMMDD');
 begin
   if not exists (select from pyjobq.job where status in (3, 4, 5)) then
     return;
   end if;
   execute format('create table pyjobq.%I partition of pyjobq.job_history for values from (minvalue) to (%L)',
-                 'job_history_' || to_char(v_day, 'YYYYMMDD'), (v_day + 1)::timestamp at time zone 'UTC');
+                 v_name, (v_day + 1)::timestamp at time zone 'UTC');
   execute format('alter table pyjobq.%I set (autovacuum_vacuum_insert_scale_factor = 0, '
-                 'autovacuum_vacuum_insert_threshold = 100000)', 'job_history_' || to_char(v_day, 'YYYYMMDD'));
-  execute format('comment on table pyjobq.%I is %L', 'job_history_' || to_char(v_day, 'YYYYMMDD'),
+                 'autovacuum_vacuum_insert_threshold = 100000)', v_name);
+  execute format('comment on table pyjobq.%I is %L', v_name,
                  format('The jobs that ended on %s (UTC), and before it: those the upgrade to schema 27 found '
                         'ended. A partition of job_history.', v_day));
 end;

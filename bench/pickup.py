@@ -82,8 +82,10 @@ class Stamps(WorkerHooks):
     def on_job_start(self, job: ClaimedJob) -> None:
         self.mark("on_job_start", int(job.payload["i"]))
 
-    def handler(self, job: ClaimedJob) -> None:
+    def handler(self, job: ClaimedJob, loop: asyncio.AbstractEventLoop) -> None:
+        """The handler's first line, from the loop or from a thread of the Worker's pool."""
         self.mark("handler", int(job.payload["i"]))
+        loop.call_soon_threadsafe(self.arrived.set)
 
 
 def quantiles(ms: list[float]) -> str:
@@ -106,12 +108,10 @@ async def probe_worker(dsn: str, probes: int, spacing: float, workers: int) -> S
     loop = asyncio.get_running_loop()
 
     async def on_async(job: ClaimedJob) -> None:
-        stamps.handler(job)
-        loop.call_soon_threadsafe(stamps.arrived.set)
+        stamps.handler(job, loop)
 
     def on_sync(job: ClaimedJob) -> None:
-        stamps.handler(job)
-        loop.call_soon_threadsafe(stamps.arrived.set)
+        stamps.handler(job, loop)
 
     handlers: dict[int, Handler] = {ASYNC_TYPE: on_async, SYNC_TYPE: on_sync}
     worker = Worker(dsn, handlers, concurrency=workers, hooks=stamps)

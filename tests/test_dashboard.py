@@ -49,11 +49,17 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def chromium() -> Iterator[Any]:
+    """Playwright's launcher of Chromium browsers."""
     with playwright.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        yield p.chromium
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Any) -> Iterator[Any]:
+    launched = chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    yield launched
+    launched.close()
 
 
 @pytest.fixture
@@ -69,12 +75,13 @@ def shoot(page: Any, name: str, tmp_path: Path) -> None:
 
 
 def fail_for_good(conn: Conn, worker: str, error: str, jobs: int) -> list[Any]:
-    """Enqueue ``jobs`` one-try jobs, claim them as ``worker`` and fail them: DEAD."""
+    """Enqueue ``jobs`` one-try SEARCH jobs, claim them as ``worker`` and fail them: DEAD."""
     ids = []
     for _ in range(jobs):
         conn.execute('select pyjobq.job_enqueue(1, \'{"kind": "flaky"}\', p_max_attempts => 1)')
         job_id, attempt, token = conn.execute(
-            "select job_id, attempt, lease_token from pyjobq.job_claim(%s, 1)", (worker,)
+            "select job_id, attempt, lease_token from pyjobq.job_claim(%s, 1, null, array[1])",
+            (worker,),
         ).fetchone() or (None, None, None)
         conn.execute(
             "select * from pyjobq.job_fail(%s, %s, %s, %s, null, null, %s)",
@@ -205,11 +212,18 @@ def test_an_operator_watches_follows_redrives_and_cancels(
     assert one(conn, "select count(*) from pyjobq.audit_log where role = %s", (role,)) == 2
 
 
-def forged_post(page: Any, url: str, **fields: str) -> int:
+def forged_post(page: Any, url: str, headers: dict[str, str] | None = None, **fields: str) -> int:
     """A POST from the page's browser context (its cookies), as another site could make it."""
-    answer = page.request.post(url, form=fields, max_redirects=0)
+    answer = page.request.post(url, form=fields, headers=headers, max_redirects=0)
     code: int = answer.status
     return code
+
+
+def unchanged(conn: Conn) -> list[tuple[Any, ...]]:
+    """Every job's id, status and last change, to compare before and after."""
+    return conn.execute(
+        "select job_id, status, updated_at from pyjobq.job_all order by 1"
+    ).fetchall()
 
 
 def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
@@ -217,9 +231,7 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
 ) -> None:
     jobs = arrange(conn)
     dead = jobs["others"][0]
-    before = conn.execute(
-        "select job_id, status, updated_at from pyjobq.job_all order by 1"
-    ).fetchall()
+    before = unchanged(conn)
     admin = login_role("pyjobq_admin")
     with dashboard(admin) as base:  # an admin's role, but no --allow-actions
         page.goto(f"{base}/jobs/{dead}")
@@ -244,10 +256,7 @@ def test_a_read_only_dashboard_offers_nothing_and_refuses_forged_posts(
         csrf = page.locator("meta[name=csrf]").get_attribute("content")
         assert forged_post(page, f"{base}/jobs/not-a-job/cancel", csrf=csrf) == 400
         assert forged_post(page, f"{base}/prune", csrf=csrf, days="inf") == 400
-    after = conn.execute(
-        "select job_id, status, updated_at from pyjobq.job_all order by 1"
-    ).fetchall()
-    assert after == before
+    assert unchanged(conn) == before
     assert one(conn, "select count(*) from pyjobq.audit_log") == 0
 
 
@@ -289,6 +298,7 @@ def test_a_token_guards_every_page(conn: Conn, dsn: str, page: Any) -> None:
         (["--host", "0.0.0.0"], "--allow-remote"),
         (["--host", "0.0.0.0", "--allow-remote"], "needs a token"),
         (["--host", "0.0.0.0", "--allow-remote", "--token", "short"], "16 characters"),
+        (["--host", "0.0.0.0", "--allow-remote", "--token", "t" * 16], "--allowed-host"),
     ],
 )
 def test_it_will_not_listen_beyond_loopback_unguarded(
@@ -432,3 +442,122 @@ def test_a_job_page_shows_its_parents_dependants_and_batch(
         page.click(f'#callbacks a[href="/jobs/{finish}"]')
         assert page.locator("#job-id").inner_text() == str(finish)
         assert page.locator("#job-status").inner_text() == "PENDING"
+
+
+def test_a_page_under_another_name_gets_nothing(
+    conn: Conn, login_role: Callable[..., str], chromium: Any
+) -> None:
+    jobs = arrange(conn)
+    dead = jobs["others"][0]
+    before = unchanged(conn)
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        port = base.rsplit(":", 1)[1]
+        for own in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LocalHost"):
+            assert status_of(f"{base}/jobs/{dead}", headers={"host": own}) == 200, own
+        for other in (f"attacker.example:{port}", "attacker.example", f"localhost.example:{port}"):
+            assert status_of(f"{base}/jobs/{dead}", headers={"host": other}) == 421, other
+            assert status_of(f"{base}/prune", "POST", b"days=0", {"host": other}) == 421, other
+        # A real browser on a page whose name resolves to loopback, as DNS rebinding makes it.
+        rebound = chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP attacker.example 127.0.0.1"],
+        )
+        try:
+            page = rebound.new_page()
+            answer = page.goto(f"http://attacker.example:{port}/jobs/{dead}")
+            assert answer is not None
+            assert answer.status == 421
+            assert "flaky" not in page.content()
+            assert (
+                page.evaluate(
+                    f"fetch('/jobs/{dead}/redrive', {{method: 'POST'}}).then(r => r.status)"
+                )
+                == 421
+            )
+        finally:
+            rebound.close()
+    assert unchanged(conn) == before
+    assert one(conn, "select count(*) from pyjobq.audit_log") == 0
+
+
+def test_a_post_from_another_origin_is_refused_whatever_it_carries(
+    conn: Conn, login_role: Callable[..., str], page: Any
+) -> None:
+    jobs = arrange(conn)
+    dead = jobs["others"][0]
+    before = unchanged(conn)
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        port = base.rsplit(":", 1)[1]
+        page.goto(f"{base}/jobs/{dead}")
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        url = f"{base}/jobs/{dead}/redrive"
+        for headers in (
+            {"origin": "http://attacker.example"},
+            {"origin": f"http://localhost:{port}"},  # another origin on this machine
+            {"origin": "null"},
+            {"sec-fetch-site": "same-site"},
+            {"sec-fetch-site": "cross-site"},
+        ):
+            assert forged_post(page, url, headers, csrf=csrf) == 403, headers
+        assert unchanged(conn) == before
+        # The same POST from the dashboard's own origin runs.
+        own = {"origin": base, "sec-fetch-site": "same-origin"}
+        assert forged_post(page, url, own, csrf=csrf) == 303
+    assert one(conn, "select status from pyjobq.job where job_id = %s", (dead,)) == 1
+
+
+def test_a_role_without_the_grant_changes_nothing(
+    conn: Conn, login_role: Callable[..., str], page: Any
+) -> None:
+    jobs = arrange(conn)
+    dead = jobs["others"][0]
+    running = jobs["running"][0]
+    before = unchanged(conn)
+    # A producer may cancel, but neither redrive nor prune: the dashboard offers neither.
+    with dashboard(login_role("pyjobq_producer"), "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{dead}")
+        assert page.locator("#redrive").count() == 0
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/{dead}/redrive", csrf=csrf) == 403
+        assert forged_post(page, f"{base}/prune", csrf=csrf, days="0") == 403
+        assert forged_post(page, f"{base}/actions/run", csrf=csrf, action="redrive") == 403
+    # An admin's grant taken away while its dashboard runs: the database refuses.
+    admin = login_role("pyjobq_admin")
+    with dashboard(admin, "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{dead}")
+        assert page.locator("#redrive").count() == 1
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        role = conninfo_to_dict(admin)["user"]
+        conn.execute(f'revoke pyjobq_admin from "{role}"')
+        page.click("#redrive")
+        assert "the database refused" in page.locator("#problem").inner_text()
+        assert forged_post(page, f"{base}/jobs/{running}/cancel", csrf=csrf) == 403
+        assert forged_post(page, f"{base}/prune", csrf=csrf, days="0") == 403
+    assert unchanged(conn) == before
+    assert one(conn, "select count(*) from pyjobq.audit_log") == 0
+
+
+def test_a_bulk_action_changes_only_the_jobs_its_preview_counted(
+    conn: Conn, login_role: Callable[..., str], page: Any
+) -> None:
+    jobs = arrange(conn)
+    previewed = {*jobs["timeouts"], *jobs["others"]}
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        page.goto(f"{base}/actions/preview?action=redrive&status=4")
+        assert page.locator("#count").inner_text() == "5"
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        key = page.locator("input[name=preview]").get_attribute("value")
+        # After the preview: one more job goes DEAD, and a previewed one is redriven elsewhere.
+        (late,) = fail_for_good(conn, "w-3", "ValueError: late", 1)
+        conn.execute("select * from pyjobq.job_redrive(%s)", ([jobs["others"][0]],))
+        page.click("#run")
+        page.wait_for_url("**/audit?notice=*")
+        assert page.locator("#notice").inner_text() == (
+            "redrive: 4 jobs (1 of those previewed had moved on)"
+        )
+        # A preview runs once.
+        run = {"csrf": csrf, "action": "redrive", "preview": key}
+        assert forged_post(page, f"{base}/actions/run", **run) == 410
+    assert one(conn, "select status from pyjobq.job_all where job_id = %s", (late,)) == 4
+    pending = conn.execute("select job_id from pyjobq.job where status = 1 and job_type = 1")
+    assert {r[0] for r in pending} == previewed

@@ -23,9 +23,14 @@ def free_port() -> int:
         return port
 
 
-def status_of(url: str, method: str = "GET", data: bytes | None = None) -> int:
+def status_of(
+    url: str, method: str = "GET", data: bytes | None = None, headers: dict[str, str] | None = None
+) -> int:
+    """The HTTP status ``url`` answers with (0 when nothing answers); ``headers`` replace the
+    request's own (``Host`` too)."""
+    request = urllib.request.Request(url, data, headers or {}, method=method)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data, method=method)) as answer:
+        with urllib.request.urlopen(request) as answer:
             code: int = answer.status
             return code
     except urllib.error.HTTPError as e:

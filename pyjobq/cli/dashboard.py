@@ -31,6 +31,14 @@ from pyjobq.cli.group import main
     "[default: $PYJOBQ_DASHBOARD_TOKEN]",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="a name its users reach it by (repeat for more); a request with any other Host is "
+    "refused [default: the --host address, and on loopback localhost, 127.0.0.1 and ::1]",
+)
+@click.option(
     "--actor-header",
     metavar="HEADER",
     help="the header an authenticating proxy sets to its user (e.g. X-Forwarded-User), "
@@ -44,6 +52,7 @@ def dashboard(
     allow_actions: bool,
     allow_remote: bool,
     token: str | None,
+    allowed_hosts: tuple[str, ...],
     actor_header: str | None,
     log_level: str,
     log_format: str,
@@ -52,25 +61,29 @@ def dashboard(
 
     It connects with the role the DSN names and shows what that role may call; cancel,
     redrive and prune only with --allow-actions. It listens on loopback unless given
-    --allow-remote and a --token.
+    --allow-remote and a --token, and answers only requests sent to its own names.
     """
     try:
         from pyjobq.dashboard import DashboardSettings, serve
-        from pyjobq.dashboard.settings import UnsafeListen, check_listen
+        from pyjobq.dashboard.settings import UnsafeListen, check_listen, own_hosts
     except ImportError as e:
         fail(
             f"the dashboard needs its extra ({e.name} is missing): pip install 'pyjobq[dashboard]'",
             2,
         )
     try:
-        check_listen(host, allow_remote, token)
+        check_listen(host, allow_remote, token, allowed_hosts)
     except UnsafeListen as e:
         fail(str(e), 2)
     resolved = resolve_dsn(dsn)
     with queue(resolved):
         pass  # reachable, and its schema suits this package
     settings = DashboardSettings(
-        dsn=resolved, allow_actions=allow_actions, token=token, actor_header=actor_header
+        dsn=resolved,
+        allow_actions=allow_actions,
+        token=token,
+        actor_header=actor_header,
+        hosts=own_hosts(host, allowed_hosts),
     )
     logs.configure(log_level, log_format)
     click.echo(f"pyjobq dashboard on http://{host}:{port}/", err=True)

@@ -27,11 +27,13 @@ from pyjobq.dashboard.state import FUNCTIONS, MAY_EXECUTE, PRIMARY_ONLY, Dashboa
 
 HERE = Path(__file__).resolve().parent
 OPEN_PATHS = ("/static/", "/login")
-# Nothing but this origin's own files: no inline script, no frame, no referrer sent away.
+SAFE_METHODS = ("GET", "HEAD")
+# Nothing but this origin's own files: no inline script, no frame, no referrer sent away (to
+# its own pages it goes, so that a form's POST carries this origin rather than "null").
 HEADERS = {
     "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "x-content-type-options": "nosniff",
 }
 
@@ -39,8 +41,19 @@ HEADERS = {
 async def guard_requests(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
-    """The token before anything else; a CSRF cookie for every browser that has none."""
+    """The dashboard's own host before anything else, then a same-origin POST, then the
+    token; a CSRF cookie for every browser that has none."""
     board: Dashboard = request.app.state.dashboard
+    if not board.guard.serves(request):
+        return PlainTextResponse(
+            "this dashboard does not answer to that Host (--allowed-host names more)",
+            status_code=421,
+            headers=HEADERS,
+        )
+    if request.method not in SAFE_METHODS and not board.guard.same_origin(request):
+        return PlainTextResponse(
+            "a request from another site is refused", status_code=403, headers=HEADERS
+        )
     nonce = request.cookies.get(CSRF_COOKIE)
     request.state.csrf_nonce = nonce or new_nonce()
     response: Response
@@ -86,7 +99,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
                 settings=settings,
                 pool=pool,
                 queue=AsyncJobQueue(pool),
-                guard=Guard(settings.token),
+                guard=Guard(settings.token, settings.hosts),
                 templates=templates,
                 role=str(role[0]) if role else "?",
                 can=can,

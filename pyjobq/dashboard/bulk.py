@@ -1,15 +1,21 @@
 """An action on a filtered set of jobs: a preview of what it touches, then the change.
 
-The set is what ``job_list`` returns for the filter, oldest first, up to ``CAP`` jobs; the
-change calls ``job_redrive`` or ``job_cancel`` on ``CHUNK`` ids at a time, each chunk in its
-own transaction that names the actor for the audit line the function writes. A run cut short
-(a crash, a lock timeout) leaves every chunk done or not, and running it again continues: a
-redriven or cancelled job no longer matches the filter, which is why each action keeps to
-the statuses it moves.
+The set is what ``job_list`` returns for the filter, oldest first, up to ``CAP`` jobs. The
+preview keeps their ids (:class:`Previews`, in the dashboard's memory, for ``KEPT_FOR``
+seconds), and the run acts on those ids and no others: a job that came to match the filter
+after the preview was shown is not touched, and one that moved on since is left as it is by
+the function itself. The change calls ``job_redrive`` or ``job_cancel`` on ``CHUNK`` ids at a
+time, each chunk in its own transaction that names the actor for the audit line the function
+writes. A run cut short (a crash, a lock timeout) leaves every chunk done or not; a new
+preview of the same filter finds the rest, since a redriven or cancelled job no longer
+matches it (each action keeps to the statuses it moves).
 """
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -24,6 +30,10 @@ from pyjobq.rows import JobStatus, JobSummary
 CAP = 10_000
 CHUNK = 1_000
 PAGE = 1_000
+SAMPLE = 20
+# How long a preview can be run, and how many this process keeps at most (the oldest go first).
+KEPT_FOR = 15 * 60.0
+KEPT = 64
 
 # The statuses each action moves: a filter on any other status touches nothing.
 MOVES = {
@@ -38,14 +48,46 @@ class BadAction(ValueError):
 
 @dataclass(frozen=True)
 class Preview:
-    """What an action would touch now: ``count`` jobs (more than ``CAP`` when ``capped``:
-    one run takes ``CAP``), the first of them in ``sample``."""
+    """What an action would touch now: the ``ids`` of ``count`` jobs (more matched than
+    ``CAP`` when ``capped``: one run takes ``CAP``), the first of them in ``sample``."""
 
     action: str
     filter: JobFilter
-    count: int
+    ids: tuple[UUID, ...]
     capped: bool
     sample: list[JobSummary]
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+class Previews:
+    """The previews this dashboard showed, each under a random key until it runs or
+    ``KEPT_FOR`` seconds pass: what a run may touch is what its preview counted."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[float, Preview]] = OrderedDict()
+
+    def keep(self, preview: Preview) -> str:
+        """Keep ``preview``; returns the key its run names."""
+        self._forget(time.monotonic() - KEPT_FOR)
+        while len(self._kept) >= KEPT:
+            self._kept.popitem(last=False)
+        key = secrets.token_urlsafe(16)
+        self._kept[key] = (time.monotonic(), preview)
+        return key
+
+    def take(self, key: str) -> Preview | None:
+        """The preview kept under ``key``, forgotten now (a preview runs once); None when it
+        ran already, expired or was never shown."""
+        self._forget(time.monotonic() - KEPT_FOR)
+        kept = self._kept.pop(key, None)
+        return None if kept is None else kept[1]
+
+    def _forget(self, before: float) -> None:
+        while self._kept and next(iter(self._kept.values()))[0] < before:
+            self._kept.popitem(last=False)
 
 
 def checked(action: str, flt: JobFilter) -> JobFilter:
@@ -78,16 +120,16 @@ async def preview(queue: AsyncJobQueue, action: str, flt: JobFilter) -> Preview:
     """Count what ``action`` on ``flt`` touches now (up to ``CAP``, and whether there is more)."""
     flt = checked(action, flt)
     jobs = await _matching(queue, flt, CAP + 1)
-    return Preview(action, flt, min(len(jobs), CAP), len(jobs) > CAP, jobs[:20])
+    ids = tuple(job.job_id for job in jobs[:CAP])
+    return Preview(action, flt, ids, len(jobs) > CAP, jobs[:SAMPLE])
 
 
-async def run(pool: AsyncConnectionPool, action: str, flt: JobFilter, actor: str) -> int:
-    """Apply ``action`` to up to ``CAP`` jobs of ``flt``; returns how many it changed."""
-    flt = checked(action, flt)
-    ids = [job.job_id for job in await _matching(AsyncJobQueue(pool), flt, CAP)]
+async def run(pool: AsyncConnectionPool, preview: Preview, actor: str) -> int:
+    """Apply ``preview``'s action to its jobs, and to no other; returns how many it changed."""
+    ids = list(preview.ids)
     changed = 0
     for start in range(0, len(ids), CHUNK):
-        changed += await apply(pool, action, ids[start : start + CHUNK], actor)
+        changed += await apply(pool, preview.action, ids[start : start + CHUNK], actor)
     return changed
 
 

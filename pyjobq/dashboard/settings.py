@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+# The names this machine's own browsers reach a loopback dashboard by.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Addresses that listen on every interface: no one name is the dashboard's own.
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
 
 class UnsafeListen(ValueError):
@@ -17,13 +23,16 @@ class DashboardSettings:
     every request must carry it (``Authorization: Bearer``, or the cookie ``/login`` sets).
     ``actor_header``: a request header an authenticating proxy sets to its user (e.g.
     ``X-Forwarded-User``), named in audit lines; trusted only when given. ``refresh_seconds``:
-    how often the overview updates itself."""
+    how often the overview updates itself. ``hosts``: the names a request's ``Host`` may
+    carry (any port); any other is refused, so that a page of another site whose name was made
+    to resolve to this address (DNS rebinding) reads and does nothing."""
 
     dsn: str
     allow_actions: bool = False
     token: str | None = None
     actor_header: str | None = None
     refresh_seconds: float = 2.0
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
 
 def is_loopback(host: str) -> bool:
@@ -36,8 +45,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listen(host: str, allow_remote: bool, token: str | None) -> None:
-    """Refuse to listen beyond loopback unless asked to with ``allow_remote`` and a token.
+def own_hosts(listen: str, named: Sequence[str] = ()) -> tuple[str, ...]:
+    """The names the dashboard answers to: those ``named`` (``--allowed-host``), the address
+    it listens on unless that is a wildcard, and on loopback this machine's own names."""
+    hosts = [name.lower() for name in named]
+    if listen not in WILDCARDS:
+        hosts.append(listen.lower())
+    if is_loopback(listen):
+        hosts += LOOPBACK_HOSTS
+    return tuple(dict.fromkeys(hosts))
+
+
+def check_listen(
+    host: str, allow_remote: bool, token: str | None, named_hosts: Sequence[str] = ()
+) -> None:
+    """Refuse to listen beyond loopback unless asked to with ``allow_remote`` and a token, and
+    on every interface unless told which names are the dashboard's own.
 
     A socket on loopback is reached by this machine's users only; anything wider needs both an
     explicit flag (so that no typo in ``--host`` exposes the queue) and a credential.
@@ -54,3 +77,8 @@ def check_listen(host: str, allow_remote: bool, token: str | None) -> None:
         )
     if len(token) < 16:
         raise UnsafeListen("the token must have at least 16 characters")
+    if host in WILDCARDS and not named_hosts:
+        raise UnsafeListen(
+            f"listening on {host or 'every address'} answers to any name: pass --allowed-host"
+            " for each name its users reach it by"
+        )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.templating import Jinja2Templates
 
 from pyjobq.aio import AsyncJobQueue
+from pyjobq.dashboard.bulk import Previews
 from pyjobq.dashboard.guard import Guard
 from pyjobq.dashboard.settings import DashboardSettings
 
@@ -41,7 +42,7 @@ MAY_EXECUTE = (
 @dataclass
 class Dashboard:
     """A dashboard's shared state; ``can`` is what its role may execute (on a hot standby,
-    ``standby``, none of PRIMARY_ONLY)."""
+    ``standby``, none of PRIMARY_ONLY); ``previews`` the bulk actions shown and not yet run."""
 
     settings: DashboardSettings
     pool: AsyncConnectionPool
@@ -51,6 +52,7 @@ class Dashboard:
     role: str
     can: frozenset[str]
     standby: bool = False
+    previews: Previews = field(default_factory=Previews)
 
     def may(self, function: str) -> bool:
         """The role may execute ``function``."""

@@ -251,21 +251,28 @@ async def bulk_preview(request: Request) -> Response:
     except (BadFilter, bulk.BadAction, PyjobqError) as e:
         return problem(request, 400, str(e))
     allowed = board.acts(f"job_{action}")
-    return render(request, "preview.html", preview=preview, allowed=allowed, cap=bulk.CAP)
+    key = board.previews.keep(preview) if allowed and preview.count else None
+    return render(request, "preview.html", preview=preview, allowed=allowed, key=key, cap=bulk.CAP)
 
 
 async def bulk_run(request: Request) -> Response:
+    """Run a preview: its action on the jobs it counted."""
     fields = await form(request)
     action = fields.get("action", "")
     if (no := refused(request, fields, f"job_{action}")) is not None:
         return no
+    board = dashboard(request)
+    preview = board.previews.take(fields.get("preview", ""))
+    if preview is None or preview.action != action:
+        return problem(request, 410, "this preview ran already or expired: preview it again")
     try:
-        flt = JobFilter.parse(fields)
-        changed = await bulk.run(dashboard(request).pool, action, flt, actor(request))
-    except (BadFilter, bulk.BadAction, PyjobqError) as e:
+        changed = await bulk.run(board.pool, preview, actor(request))
+    except PyjobqError as e:
         return problem(request, 400, str(e))
-    acted(request, action, changed, filter=flt.describe())
-    return back_to("/audit", f"{action}: {changed} jobs")
+    acted(request, action, changed, filter=preview.filter.describe())
+    moved_on = preview.count - changed
+    rest = f" ({moved_on} of those previewed had moved on)" if moved_on else ""
+    return back_to("/audit", f"{action}: {changed} jobs{rest}")
 
 
 async def prune_form(request: Request) -> Response:

@@ -88,30 +88,6 @@ comment on view pyjobq.job_all is
   'Every job: pyjobq.job (PENDING, RUNNING, WAITING) and job_history (DONE, DEAD, CANCELLED); a job is in '
   'exactly one of them in any snapshot.';
 
--- The jobs that ended before the upgrade go to one partition: that of the
--- upgrade's day (UTC), reaching back to the first job. The default
--- partition stays empty, so the attach of each new day, which reads the
--- default partition while it holds it exclusively, stays a moment's work;
--- job_prune drops the partition whole once the upgrade's day is past its
--- cutoff. An install without ended jobs gets none: it has no old history.
-do $do$
-declare
-  v_day date := (pyjobq.clock_now() at time zone 'UTC')::date;
-  v_name text := 'job_history_' || to_char(v_day, 'YYYYMMDD');
-begin
-  if not exists (select from pyjobq.job where status in (3, 4, 5)) then
-    return;
-  end if;
-  execute format('create table pyjobq.%I partition of pyjobq.job_history for values from (minvalue) to (%L)',
-                 v_name, (v_day + 1)::timestamp at time zone 'UTC');
-  execute format('alter table pyjobq.%I set (autovacuum_vacuum_insert_scale_factor = 0, '
-                 'autovacuum_vacuum_insert_threshold = 100000)', v_name);
-  execute format('comment on table pyjobq.%I is %L', v_name,
-                 format('The jobs that ended on %s (UTC), and before it: those the upgrade to schema 27 found '
-                        'ended. A partition of job_history.', v_day));
-end;
-$do$;
-
 insert into pyjobq.job_history select * from pyjobq.job where status in (3, 4, 5);
 delete from pyjobq.job where status in (3, 4, 5);
 alter table pyjobq.job drop constraint job_status_valid;
@@ -781,9 +757,7 @@ begin
   -- newest version, so a reaper never overwrites a finished or renewed job.
   return query
   with picked as materialized (
-    select r.job_id, r.worker_id, r.attempts,
-           pyjobq._tries_left(r.attempts, r.attempts_refunded, r.max_attempts) <= 0 as dies,
-           format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts) as error
+    select r.job_id, r.worker_id, r.attempts
       from pyjobq.job r
      where r.status = 2
        and r.lease_until < v_now
@@ -796,14 +770,14 @@ begin
        set status = 1,
            run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now),
            worker_id = null,
-           last_error = p.error,
+           last_error = format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts),
            lease_until = null,
            updated_at = v_now
       from picked p
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-       and not p.dies
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) > 0
     returning j.job_id, j.job_type, j.status, j.run_after
   ), died as (
     -- The worker is cleared even for DEAD: the worker that lost the lease gets
@@ -813,8 +787,9 @@ begin
      where j.job_id = p.job_id
        and j.status = 2
        and j.lease_until < v_now
-       and p.dies
-    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after, p.error,
+       and pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0
+    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after,
+              format('lease expired: worker %s did not finish attempt %s', j.worker_id, j.attempts) as error,
               j.has_dependants or j.batch_id is not null as followed
   ), reaped as (
     select r.job_id, r.job_type, r.status, r.run_after from retried r
@@ -2099,7 +2074,6 @@ declare
   v_kept boolean;
   v_deleted bigint := 0;
   v_dropped int := 0;
-  v_lock_timeout text := current_setting('lock_timeout');
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
@@ -2127,7 +2101,7 @@ begin
     execute format('select exists (select from %s h'
                    '                 join pyjobq.job_edge e on e.parent_id = h.job_id'
                    '                 join pyjobq.job c on c.job_id = e.child_id'
-                   '                where h.has_dependants)',
+                   '                where (h.has_dependants or h.waiting_on is not null) and h.has_dependants)',
                    v_day.part)
       into v_kept;
     continue when v_kept;
@@ -2142,12 +2116,10 @@ begin
       execute format('drop table %s', v_day.part);
       v_deleted := v_deleted + v_rows;
       v_dropped := v_dropped + 1;
-      -- The caller's own, for the rest of this call and of its transaction
-      -- (a failed block undoes the 100 ms itself).
-      perform set_config('lock_timeout', v_lock_timeout, true);
     exception when lock_not_available then
       null;
     end;
+    perform set_config('lock_timeout', '5s', true);
   end loop;
   -- Then row by row, up to p_limit: what is older than the cutoff in the
   -- partitions that stay (the day the cutoff falls in, the default one).

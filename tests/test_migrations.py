@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ from pyjobq.migrate import (
 from tests.sqlhelp import FROZEN, freeze, one
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
+RELEASED = migrations_dir() / "released.txt"
 
 
 def psql_file(pg_server: LocalPostgres, path: Path, dsn: str) -> None:
@@ -367,6 +369,72 @@ def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
         freeze(conn, f"{today + timedelta(days=2)} 00:00+00")
         assert one(conn, "select pyjobq.job_prune('1 day')") == 2
         assert one(conn, "select to_regclass(%s)", (f"pyjobq.{day}",)) is None
+
+
+def test_released_migrations_never_change() -> None:
+    """Each migration a release shipped is as it shipped (released.txt pins its SHA-256), and
+    the migrations no release shipped yet come after every one that was."""
+    pins = [
+        line.split()
+        for line in RELEASED.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    changed = [
+        f"{name} (as {release} shipped it)"
+        for release, digest, name in pins
+        if hashlib.sha256((migrations_dir() / name).read_bytes()).hexdigest() != digest
+    ]
+    assert not changed, "released migrations changed: put the change in a new migration"
+    shipped = [f"{m}.sql" for m in shipped_migrations()]
+    pinned = sorted(name for _, _, name in pins)
+    assert shipped[: len(pinned)] == pinned
+
+
+def test_an_install_upgraded_by_the_released_schema_27_gets_its_old_history_out_of_the_default(
+    new_database: Callable[[], str],
+) -> None:
+    """0.2.0's schema 27 left the jobs that had ended before it in the default partition, which
+    job_prune never drops and each day's attach reads while holding it; schema 28 moves them to
+    a partition of their own, reaching up to the first day partition, which goes with one drop."""
+    target = new_database()
+    migrations = read_migrations(str(migrations_dir()))
+    ids = [m.id for m in migrations]
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations[: ids.index("0027_history")]))
+    with psycopg.connect(target, autocommit=True) as conn:
+        freeze(conn, "2030-01-01 12:00+00")
+        ids_made = [one(conn, "select job_id from pyjobq.job_enqueue(1)") for _ in range(3)]
+        done, dead = conn.execute(
+            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
+        ).fetchall()
+        conn.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", done)
+        conn.execute("select * from pyjobq.job_fail(%s, 'w1', %s, 'x', null, true, %s)", dead)
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations[: ids.index("0027_history") + 1]))
+    with psycopg.connect(target, autocommit=True) as conn:
+        freeze(conn, "2030-01-03 12:00+00")
+        assert one(conn, "select pyjobq.job_history_maintain()") == 2  # the 3rd and the 4th
+        assert one(conn, "select count(*) from pyjobq.job_history_default") == 2
+    migrate(target)
+    with psycopg.connect(target, autocommit=True) as conn:
+        placed = conn.execute(
+            "select job_id, tableoid::regclass::text from pyjobq.job"
+            " union all select job_id, tableoid::regclass::text from pyjobq.job_history"
+        ).fetchall()
+        assert sorted(placed) == sorted(
+            [
+                (done[0], "pyjobq.job_history_20300102"),
+                (dead[0], "pyjobq.job_history_20300102"),
+                (ids_made[2], "pyjobq.job"),
+            ]
+        )
+        assert one(conn, "select count(*) from pyjobq.job_history_default") == 0
+        freeze(conn, "2030-01-04 00:00+00")
+        assert one(conn, "select pyjobq.job_prune('1 day')") == 2
+        assert one(conn, "select to_regclass('pyjobq.job_history_20300102')") is None
+        assert one(conn, "select to_regclass('pyjobq.job_history_20300103')") is not None
 
 
 def test_migrate_adopts_a_schema_installed_with_psql(

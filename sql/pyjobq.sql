@@ -157,7 +157,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 28
+  select 29
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -4155,6 +4155,116 @@ comment on function pyjobq._redrive_rows(uuid[], timestamptz) is
   'job_redrive''s move: the DEAD and CANCELLED jobs of p_ids whose dedupe key is free from job_history back '
   'to pyjobq.job, PENDING; returns their ids.';
 
+-- _redrive_rows on p_ids in one statement; only when a concurrent enqueue
+-- takes a key between the caller's snapshot and the move (a unique
+-- violation) a row at a time, each in a subtransaction of its own (one per
+-- row on every call would overflow the subtransaction cache past 64 rows).
+create function pyjobq._redrive_ids(p_ids uuid[], p_now timestamptz)
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_id uuid;
+  v_ids uuid[] := '{}';
+begin
+  return pyjobq._redrive_rows(p_ids, p_now);
+exception when unique_violation then
+  foreach v_id in array p_ids loop
+    begin
+      v_ids := v_ids || pyjobq._redrive_rows(array[v_id], p_now);
+    exception when unique_violation then
+      null;
+    end;
+  end loop;
+  return v_ids;
+end;
+$$;
+
+comment on function pyjobq._redrive_ids(uuid[], timestamptz) is
+  'Moves the jobs p_ids back to PENDING with _redrive_rows, one at a time when a concurrent enqueue took a key '
+  'meanwhile; returns the ids moved.';
+
+-- Which of the ended jobs p_ids may move now: a job none of whose parents
+-- is DEAD or CANCELLED, or one that runs on parent failure. Its live parents
+-- are locked first (FOR NO KEY UPDATE, as an enqueue locks them), so that
+-- none of them ends unseen before the caller re-arms the edges (_rearm): a
+-- parent that ended meanwhile is found ended here. A parent another session
+-- holds is skipped, never waited for, and its dependants do not move in this
+-- call.
+create function pyjobq._redrive_ready(p_ids uuid[])
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_locked uuid[];
+begin
+  v_locked := array(select p.job_id
+                      from pyjobq.job p
+                     where p.job_id in (select e.parent_id
+                                          from pyjobq.job_history c
+                                          join pyjobq.job_edge e on e.child_id = c.job_id
+                                         where c.job_id = any (p_ids)
+                                           and c.waiting_on is not null)
+                       for no key update skip locked);
+  return array(select h.job_id
+                 from pyjobq.job_history h
+                where h.job_id = any (p_ids)
+                  and (h.waiting_on is null
+                       or ((h.run_on_parent_failure
+                            or not exists (select from pyjobq.job_edge e
+                                             join pyjobq.job_history p on p.job_id = e.parent_id
+                                            where e.child_id = h.job_id
+                                              and p.status in (4, 5)))
+                           and not exists (select from pyjobq.job_edge e
+                                             join pyjobq.job p on p.job_id = e.parent_id
+                                            where e.child_id = h.job_id
+                                              and p.job_id <> all (v_locked)))));
+end;
+$$;
+
+comment on function pyjobq._redrive_ready(uuid[]) is
+  'The jobs of p_ids (ended) that job_redrive may move now: those without parents, those that run on parent '
+  'failure, and those none of whose parents is DEAD or CANCELLED; locks their live parents first (skipping '
+  'those another session holds, whose dependants then do not move).';
+
+-- The jobs p_moved, just redriven, wait again for their parents that are yet
+-- to end (live, locked by _redrive_ready): those edges are unresolved again,
+-- and a job with any is WAITING instead of PENDING. A job without parents is
+-- left as it is.
+create function pyjobq._rearm(p_moved uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  update pyjobq.job_edge e
+     set resolved = false
+    from pyjobq.job p
+   where e.child_id = any (p_moved)
+     and p.job_id = e.parent_id
+     and e.resolved;
+  update pyjobq.job c
+     set waiting_on = w.live,
+         status = case when w.live > 0 then 6 else 1 end
+    from (select e.child_id, count(p.job_id)::int as live
+            from pyjobq.job_edge e
+            left join pyjobq.job p on p.job_id = e.parent_id
+           where e.child_id = any (p_moved)
+           group by e.child_id) w
+   where c.job_id = w.child_id
+     and c.waiting_on is not null;
+end;
+$$;
+
+comment on function pyjobq._rearm(uuid[]) is
+  'Makes the jobs p_moved, just redriven, wait again for their parents that are yet to end: their edges to '
+  'live parents unresolved, waiting_on their count, WAITING when there is any.';
+
 create function pyjobq.job_redrive(
   p_job_ids uuid[] default null,
   p_job_type int default null,
@@ -4170,10 +4280,12 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_limit int := coalesce(p_limit, 1000);
-  v_id uuid;
   v_picked uuid[];
   v_statuses smallint[];
-  v_ids uuid[];
+  v_ids uuid[] := '{}';
+  v_rest uuid[];
+  v_ready uuid[];
+  v_generation uuid[];
   v_moved uuid[];
   v_left smallint[];
 begin
@@ -4186,11 +4298,7 @@ begin
     raise exception 'cardinality(p_job_ids) must be between 0 and 100000'
       using errcode = '22023';
   end if;
-  -- The batch is locked once, then moved in one statement. Only when a
-  -- concurrent enqueue takes a key between this snapshot and the update (a
-  -- unique violation) is it moved a row at a time, each row in a
-  -- subtransaction of its own; a subtransaction per row on every call would
-  -- overflow the subtransaction cache past 64 rows.
+  -- The batch is locked once, then moved (_redrive_ids).
   -- Only jobs that can move count against the limit: a backlog of jobs whose
   -- key an active job holds must not stop every later call from reaching the
   -- rest, and of the jobs that share a key only the oldest can move (the next
@@ -4221,18 +4329,20 @@ begin
            order by p.updated_at, p.job_id
            limit v_limit
              for update skip locked) d;
-  begin
-    v_ids := pyjobq._redrive_rows(v_picked, v_now);
-  exception when unique_violation then
-    v_ids := '{}';
-    foreach v_id in array v_picked loop
-      begin
-        v_ids := v_ids || pyjobq._redrive_rows(array[v_id], v_now);
-      exception when unique_violation then
-        null;
-      end;
-    end loop;
-  end;
+  -- A dependant moves only when none of its parents stays DEAD or CANCELLED
+  -- (it would run without them), unless it runs on parent failure; it then
+  -- waits again for the parents yet to end. Its parents redriven in the same
+  -- call move first: a generation a round, one round when no job has parents.
+  v_rest := v_picked;
+  while cardinality(v_rest) > 0 loop
+    v_ready := pyjobq._redrive_ready(v_rest);
+    exit when cardinality(v_ready) = 0;
+    v_generation := pyjobq._redrive_ids(v_ready, v_now);
+    perform pyjobq._rearm(v_generation);
+    v_ids := v_ids || v_generation;
+    exit when cardinality(v_ready) = cardinality(v_rest);
+    v_rest := array(select unnest(v_rest) except select unnest(v_ready));
+  end loop;
   -- The moved ones come off their batches' counts, as the statuses they left.
   select array_agg(u.id), array_agg(u.status)
     into v_moved, v_left
@@ -4253,9 +4363,9 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
   'Moves DEAD and CANCELLED jobs back to PENDING, due now, with a fresh budget of max_attempts tries '
   '(attempts, the fencing token, goes on from where it was): the ids in p_job_ids, or else every DEAD or '
   'CANCELLED job (of p_job_type when given), up to p_limit (1..100000, default 1000) oldest first. A job whose '
-  'dedupe key an active job holds stays where it is. The dependants that its end cancelled stay CANCELLED '
-  '(redrive them too: they run at once, without waiting for their parents again). Returns the ids it moved; '
-  'a call that moved jobs writes '
+  'dedupe key an active job holds stays where it is, and so does a job with a parent that stays DEAD or '
+  'CANCELLED (unless it runs on parent failure): redrive it with its parents, or after them, and it waits '
+  'for those yet to end (WAITING) before it runs. Returns the ids it moved; a call that moved jobs writes '
   'a line to the audit log (job_audit) with the first 100 of their ids.';
 
 -- Settings --------------------------------------------------------------------

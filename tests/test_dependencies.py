@@ -4,6 +4,8 @@ ends does to its dependants, read as any client reads it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -304,3 +306,104 @@ def test_rows_with_keys_and_parents_are_added_one_by_one_in_order(conn: Conn) ->
         "select job_id from pyjobq.job_dependencies(%s) where relation = 'parent'", (third,)
     ).fetchall()
     assert parents == [(first,), (held_key,)]
+
+
+def redrive(conn: Conn, *jobs: Any) -> set[Any]:
+    return {r[0] for r in conn.execute("select job_id from pyjobq.job_redrive(%s)", (list(jobs),))}
+
+
+def test_a_dependant_is_redriven_only_with_its_failed_parents_and_waits_for_them_again(
+    conn: Conn,
+) -> None:
+    parent, done = enqueue(conn), enqueue(conn)
+    dependant = child(conn, [parent, done])
+    grandchild = child(conn, [dependant])
+    held = claim_all(conn)
+    complete(conn, done, held[done], '{"from": "done"}')
+    fail_dead(conn, parent, held[parent])
+    assert (status(conn, dependant), status(conn, grandchild)) == (CANCELLED, CANCELLED)
+    # Alone, the dependant would run without its parent: it stays, as do its own dependants.
+    assert redrive(conn, dependant, grandchild) == set()
+    assert (status(conn, dependant), status(conn, grandchild)) == (CANCELLED, CANCELLED)
+    # With its parent, it waits for it again; its own dependant waits for it.
+    assert redrive(conn, grandchild, dependant, parent) == {parent, dependant, grandchild}
+    assert (status(conn, parent), status(conn, dependant), status(conn, grandchild)) == (
+        PENDING,
+        WAITING,
+        WAITING,
+    )
+    held = claim_all(conn)
+    assert set(held) == {parent}
+    complete(conn, parent, held[parent], '{"from": "parent"}')
+    assert status(conn, dependant) == PENDING
+    (results,) = [r[2] for r in claim_all(conn).values()]
+    assert [(r["status"], r["result"]) for r in results] == [
+        ("DONE", {"from": "parent"}),
+        ("DONE", {"from": "done"}),
+    ]
+
+
+def test_a_dependant_redriven_after_its_parent_waits_for_it_or_runs_once_it_is_done(
+    conn: Conn,
+) -> None:
+    parent = enqueue(conn)
+    dependant = child(conn, [parent])
+    runs_anyway = child(conn, [parent], "run")
+    held = claim_all(conn)
+    fail_dead(conn, parent, held[parent])
+    held = claim_all(conn)
+    assert set(held) == {runs_anyway}
+    complete(conn, runs_anyway, held[runs_anyway])
+    assert redrive(conn, parent) == {parent}
+    assert redrive(conn, dependant) == {dependant}
+    assert status(conn, dependant) == WAITING
+    held = claim_all(conn)
+    complete(conn, parent, held[parent])
+    assert status(conn, dependant) == PENDING
+
+
+def test_a_redrive_racing_a_parents_end_never_strands_the_dependant(
+    conn: Conn, make_conn: Callable[[], Conn]
+) -> None:
+    """A dependant redriven with its failed parent while its other parent completes: whichever
+    goes first, it either stays CANCELLED (the completer held the parent) or waits for exactly
+    the parents yet to end, and runs once they are DONE."""
+    redriver, completer = make_conn(), make_conn()
+    for _ in range(40):
+        failed, running = enqueue(conn), enqueue(conn)
+        dependant = child(conn, [failed, running])
+        held = claim_all(conn)
+        fail_dead(conn, failed, held[failed])
+        barrier = threading.Barrier(2)
+
+        def redrive_both(
+            failed: Any = failed, dependant: Any = dependant, barrier: Any = barrier
+        ) -> None:
+            barrier.wait()
+            redriver.execute("select * from pyjobq.job_redrive(%s)", ([failed, dependant],))
+
+        def complete_running(
+            running: Any = running, held: Any = held[running], barrier: Any = barrier
+        ) -> None:
+            barrier.wait()
+            complete(completer, running, held)
+
+        threads = [threading.Thread(target=t) for t in (redrive_both, complete_running)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert status(conn, running) == DONE
+        assert status(conn, failed) == PENDING
+        if status(conn, dependant) == CANCELLED:
+            # The completer held its parent: it did not move, and moves now, after its parents.
+            assert redrive(conn, dependant) == {dependant}
+        assert status(conn, dependant) == WAITING
+        waits = one(conn, "select waiting_on from pyjobq.job where job_id = %s", (dependant,))
+        assert waits == 1, "it waits for the redriven parent alone"
+        held = claim_all(conn)
+        assert set(held) == {failed}
+        complete(conn, failed, held[failed])
+        held = claim_all(conn)
+        assert set(held) == {dependant}
+        complete(conn, dependant, held[dependant])

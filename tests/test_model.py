@@ -200,8 +200,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.parents: dict[UUID, list[UUID]] = {}
         self.runs_anyway: dict[UUID, bool] = {}
         self.unresolved: set[tuple[UUID, UUID]] = set()
-        # Children moved back to PENDING by a redrive: they run without waiting again.
-        self.redriven: set[UUID] = set()
         # Batches in the order opened, and the batch of each member.
         self.batches: dict[UUID, Batch] = {}
         self.batch_of: dict[UUID, UUID] = {}
@@ -683,11 +681,10 @@ class QueueMachine(RuleBasedStateMachine):
                 assert c.parent_results is not None
                 shown = [(r["job_id"], r["status"]) for r in c.parent_results]
                 assert shown == [(str(p), JobStatus(self.jobs[p].status).name) for p in parents]
-                if c.job_id not in self.redriven:
-                    # A dependant runs only once its parents ended: DONE, unless it runs anyway.
-                    assert not any(child == c.job_id for _, child in self.unresolved)
-                    if not self.runs_anyway[c.job_id]:
-                        assert {status for _, status in shown} <= {"DONE"}
+                # A dependant runs only once its parents ended: DONE, unless it runs anyway.
+                assert not any(child == c.job_id for _, child in self.unresolved)
+                if not self.runs_anyway[c.job_id]:
+                    assert {status for _, status in shown} <= {"DONE"}
             self.jobs[c.job_id] = replace(
                 job,
                 status=RUNNING,
@@ -893,16 +890,39 @@ class QueueMachine(RuleBasedStateMachine):
                 job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
                 worker_id=None, updated_at=self.now,
             )  # fmt: skip
-            if job_id in self.parents:
-                self.redriven.add(job_id)
             if job_id in self.batch_of:
                 self.batches[self.batch_of[job_id]].finished_at = None
-        if len(moved) < (limit or 1000):
-            # Below the limit, a DEAD job stays DEAD only because an active job holds its key.
+        # A dependant moved only with none of its parents left DEAD or CANCELLED by the call,
+        # unless it runs anyway, and waits for those yet to end.
+        for job_id in moved:
+            if job_id not in self.parents:
+                continue
+            parents = [self.jobs[p] for p in self.parents[job_id]]
+            if not self.runs_anyway[job_id]:
+                assert all(p.status not in (DEAD, CANCELLED) for p in parents), job_id
+            live = {p.job_id for p in parents if p.status in ACTIVE}
+            self.unresolved |= {(p, job_id) for p in live}
+            if live:
+                self.jobs[job_id] = replace(self.jobs[job_id], status=WAITING)
+        if len(eligible) <= (limit or 1000):
+            # Every eligible job was a candidate: one stays DEAD or CANCELLED only because an
+            # active job holds its key, an older one of its key was the candidate, or a parent
+            # of it stays DEAD or CANCELLED.
             for job in eligible:
-                if job.job_id not in moved:
-                    assert job.dedupe_key is not None, job
-                    assert (job.job_type, job.dedupe_key) in held_keys, job
+                if job.job_id in moved:
+                    continue
+                key = (job.job_type, job.dedupe_key)
+                older_of_key = job.dedupe_key is not None and any(
+                    (o.job_type, o.dedupe_key) == key
+                    and (o.updated_at, o.job_id) < (job.updated_at, job.job_id)
+                    for o in eligible
+                )
+                blocked = not self.runs_anyway.get(job.job_id, True) and any(
+                    self.jobs[p].status in (DEAD, CANCELLED) for p in self.parents[job.job_id]
+                )
+                assert (
+                    (job.dedupe_key is not None and key in held_keys) or older_of_key or (blocked)
+                ), job
 
     @rule(indexes=st.lists(PICK, min_size=1, max_size=3), stranger=st.booleans())
     def cancel(self, indexes: list[int], stranger: bool) -> None:

@@ -5,6 +5,7 @@ batch enqueues once each, read as any client reads them (and through the Python 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 
 from pyjobq import BatchClosed, JobQueue, JobStatus
-from tests.sqlhelp import one, raises_sqlstate, table_snapshot
+from tests.sqlhelp import one, one_row, raises_sqlstate, run_threads, table_snapshot
 
 Conn = psycopg.Connection[Any]
 
@@ -44,6 +45,12 @@ def held(conn: Conn) -> dict[Any, tuple[Any, Any]]:
         "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 1000, null, '{1}')"
     ).fetchall()
     return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def complete(conn: Conn, job_id: Any, holding: tuple[Any, Any]) -> None:
+    conn.execute(
+        "select pyjobq.job_complete(%s, 'w1', %s, null, %s)", (job_id, holding[0], holding[1])
+    )
 
 
 def callbacks(conn: Conn, batch_id: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -233,3 +240,41 @@ def test_the_binding_opens_fills_closes_and_waits_for_a_batch(conn: Conn, dsn: s
     assert callback is not None
     assert callback.status == JobStatus.PENDING
     assert callback.payload["report"] == 7
+
+
+@pytest.mark.parametrize("race", ["the last two members", "the close and the last member"])
+def test_callbacks_fire_once_when_the_last_ends_race(
+    conn: Conn, make_conn: Callable[[], Conn], race: str
+) -> None:
+    """Many rounds of the two ways a batch's end can race: its last two members completed at
+    once by two workers, or its close racing the completion of its last member. Each round's
+    batch fires success and finish exactly once, whichever commits first."""
+    first, second = make_conn(), make_conn()
+    for _ in range(40):
+        batch = open_batch(conn)
+        jobs = members(conn, batch, 2)
+        holds = held(conn)
+        if race == "the last two members":
+            conn.execute("select pyjobq.job_batch_close(%s)", (batch,))
+        else:
+            complete(conn, jobs[0], holds[jobs[0]])
+        barrier = threading.Barrier(2)
+
+        def finish_first(
+            barrier: Any = barrier, jobs: list[Any] = jobs, holds: Any = holds, batch: Any = batch
+        ) -> None:
+            barrier.wait()
+            if race == "the last two members":
+                complete(first, jobs[0], holds[jobs[0]])
+            else:
+                first.execute("select pyjobq.job_batch_close(%s)", (batch,))
+
+        def finish_second(
+            barrier: Any = barrier, jobs: list[Any] = jobs, holds: Any = holds
+        ) -> None:
+            barrier.wait()
+            complete(second, jobs[1], holds[jobs[1]])
+
+        run_threads([finish_first, finish_second])
+        assert one_row(conn, BATCH, (batch,)) == ("finished", 2, 0, 2, 0, 0)
+        assert [which for which, _ in callbacks(conn, batch)] == ["finish", "success"]

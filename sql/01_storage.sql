@@ -139,7 +139,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 29
+  select 30
 $$;
 
 comment on function pyjobq.schema_version() is

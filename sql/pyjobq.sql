@@ -157,7 +157,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 29
+  select 30
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -6296,6 +6296,120 @@ comment on function pyjobq.job_prune(interval, int) is
 -- by PUBLIC; the group roles below get exactly what their job needs.
 revoke all on all functions in schema pyjobq from public;
 
+-- Who may execute each public function: a row a function, named by its
+-- signature, with the group roles that get EXECUTE on it. grant_roles makes
+-- the grants what this table says; a change to the API changes its rows (a
+-- migration inserts, updates or deletes them and calls grant_roles) and
+-- never grant_roles itself.
+create table pyjobq.api_grant (
+  function text not null,
+  roles text[] not null,
+  constraint api_grant_pkey primary key (function),
+  constraint api_grant_roles_valid check (
+    cardinality(roles) > 0
+    and roles <@ array['pyjobq_producer', 'pyjobq_worker', 'pyjobq_observer', 'pyjobq_admin'])
+);
+
+comment on table pyjobq.api_grant is
+  'The group roles that may execute each public function (function: its signature, as regprocedure reads '
+  'it); grant_roles grants exactly these.';
+
+insert into pyjobq.api_grant (function, roles) values
+  ('pyjobq.job_types()',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_type_code(text)',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_type_policies()',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_type_limits()',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.schema_version()',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.clock_now()',
+   '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid)',
+   '{pyjobq_producer}'),
+  ('pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid)',
+   '{pyjobq_producer}'),
+  ('pyjobq.job_batch_open(jsonb)',
+   '{pyjobq_producer}'),
+  ('pyjobq.job_batch_close(uuid)',
+   '{pyjobq_producer}'),
+  ('pyjobq.job_claim(text, int, int, int[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_next_due(int[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_complete(uuid, text, int, jsonb, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_renew_lease(uuid, text, int, int, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_release(uuid, text, int, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_release_many(text, uuid[], int[], uuid[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_reap(int)',
+   '{pyjobq_worker,pyjobq_admin}'),
+  ('pyjobq.job_schedule_tick()',
+   '{pyjobq_worker,pyjobq_admin}'),
+  ('pyjobq.job_counts()',
+   '{pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_throughput(int)',
+   '{pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_workers(interval)',
+   '{pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_get(uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_dependencies(uuid)',
+   '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_batch_get(uuid)',
+   '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),
+  ('pyjobq.job_cancel(uuid[])',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_watch(uuid[])',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_redrive(uuid[], int, int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_audit(bigint, int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_prune(interval, int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_history_maintain(int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_register(int, text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_grant(int, text, text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_revoke(int, text, text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_grants()',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_settings()',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_settings_set(boolean)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int, timestamptz)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_schedule_delete(text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_schedule_pause(text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_schedule_resume(text)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_schedules()',
+   '{pyjobq_admin}');
+
 create function pyjobq.grant_roles()
 returns void
 language plpgsql
@@ -6304,6 +6418,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_missing text[];
+  v_grant record;
 begin
   select array_agg(r.name order by r.name)
     into v_missing
@@ -6323,81 +6438,29 @@ begin
   end if;
 
   grant usage on schema pyjobq to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
-  grant execute on function
-    pyjobq.job_types(), pyjobq.job_type_code(text), pyjobq.job_type_policies(), pyjobq.job_type_limits(),
-    pyjobq.schema_version(), pyjobq.clock_now()
-    to pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
-  grant execute on function
-    pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid),
-    pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid),
-    pyjobq.job_batch_open(jsonb),
-    pyjobq.job_batch_close(uuid)
-    to pyjobq_producer;
-  grant execute on function
-    pyjobq.job_claim(text, int, int, int[]),
-    pyjobq.job_next_due(int[]),
-    pyjobq.job_complete(uuid, text, int, jsonb, uuid),
-    pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]),
-    pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid),
-    pyjobq.job_renew_lease(uuid, text, int, int, uuid),
-    pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[]),
-    pyjobq.job_release(uuid, text, int, uuid),
-    pyjobq.job_release_many(text, uuid[], int[], uuid[]),
-    pyjobq.job_reap(int),
-    pyjobq.job_schedule_tick()
-    to pyjobq_worker;
-  grant execute on function
-    pyjobq.job_counts(),
-    pyjobq.job_throughput(int),
-    pyjobq.job_workers(interval)
-    to pyjobq_observer, pyjobq_admin;
-  -- Payloads and results are the application's data: producers read back what they
-  -- enqueued, admins what they operate on; observers see figures only.
-  grant execute on function pyjobq.job_get(uuid) to pyjobq_producer, pyjobq_admin;
-  -- The graph around a job shows ids and statuses, no payload.
-  grant execute on function pyjobq.job_dependencies(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
-  grant execute on function pyjobq.job_batch_get(uuid) to pyjobq_producer, pyjobq_observer, pyjobq_admin;
-  -- Producers cancel what they enqueued; admins anything.
-  grant execute on function pyjobq.job_cancel(uuid[]) to pyjobq_producer, pyjobq_admin;
-  grant execute on function pyjobq.job_watch(uuid[]) to pyjobq_producer, pyjobq_admin;
-  grant execute on function
-    pyjobq.job_list(int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid)
-    to pyjobq_producer, pyjobq_admin;
-  grant execute on function
-    pyjobq.job_redrive(uuid[], int, int),
-    pyjobq.job_audit(bigint, int),
-    pyjobq.job_prune(interval, int),
-    pyjobq.job_history_maintain(int),
-    pyjobq.job_type_register(int, text),
-    pyjobq.job_type_grant(int, text, text),
-    pyjobq.job_type_revoke(int, text, text),
-    pyjobq.job_type_grants(),
-    pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision),
-    pyjobq.job_settings(),
-    pyjobq.job_settings_set(boolean),
-    pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean),
-    pyjobq.job_reap(int),
-    pyjobq.job_schedule_set(text, text, int, jsonb, text, int, int, text, text, int, timestamptz),
-    pyjobq.job_schedule_delete(text),
-    pyjobq.job_schedule_pause(text),
-    pyjobq.job_schedule_resume(text),
-    pyjobq.job_schedules(),
-    pyjobq.job_schedule_tick()
-    to pyjobq_admin;
+  revoke execute on all functions in schema pyjobq
+    from pyjobq_producer, pyjobq_worker, pyjobq_observer, pyjobq_admin;
+  -- The only names this builds SQL from are the table's, owner-written:
+  -- each signature read back as a regprocedure (which must exist), each role
+  -- one of the four the table's check allows, quoted.
+  for v_grant in
+    select g.function::regprocedure as function, g.roles
+      from pyjobq.api_grant g
+     order by g.function
+  loop
+    execute format('grant execute on function %s to %s', v_grant.function,
+                   (select string_agg(quote_ident(r.name), ', ') from unnest(v_grant.roles) r(name)));
+  end loop;
 end;
 $$;
 
 revoke all on function pyjobq.grant_roles() from public;
 
 comment on function pyjobq.grant_roles() is
-  'Creates the NOLOGIN group roles pyjobq_producer (enqueue, batches, get, dependencies, list, cancel, watch), pyjobq_worker (claim, '
-  'next due, complete, fail, '
-  'renew, release, reap, schedule tick), pyjobq_observer (counts, throughput, workers, dependencies, batch get) and pyjobq_admin (counts, '
-  'throughput, workers, get, dependencies, batch get, list, cancel, watch, reap, redrive, prune, history '
-  'maintenance, audit, '
-  'register types, per-type grants, limits, settings, schedules) '
-  'when missing and the caller may create roles, and grants each EXECUTE on its functions. Run by the '
-  'installation; run it again as a role with CREATEROLE when the installing role could not create them.';
+  'Creates the NOLOGIN group roles pyjobq_producer, pyjobq_worker, pyjobq_observer and pyjobq_admin when '
+  'missing and the caller may create roles, and makes their EXECUTE grants on the schema''s functions exactly '
+  'what pyjobq.api_grant lists. Run by the installation and by each migration that changes the API; run it '
+  'again as a role with CREATEROLE when the installing role could not create them.';
 
 do $$
 begin

@@ -301,3 +301,33 @@ def test_payloads_and_helpers_are_refused_to_roles_without_them(
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         session.execute(call, {"job": job[0]})
     assert conn.execute("select * from pyjobq.job_all").fetchall() == before
+
+
+def test_the_grants_are_what_api_grant_lists(conn: Conn) -> None:
+    """grant_roles makes each group's EXECUTE grants exactly the table's rows: a row changed and
+    grant_roles run again moves the grant, both ways."""
+    listed = conn.execute(
+        "select r.name, g.function::regprocedure::oid"
+        " from pyjobq.api_grant g cross join unnest(g.roles) r(name)"
+    ).fetchall()
+    granted = conn.execute(
+        "select r.name, p.oid from pg_proc p"
+        " cross join unnest(array['pyjobq_producer', 'pyjobq_worker', 'pyjobq_observer',"
+        " 'pyjobq_admin']) r(name)"
+        " where p.pronamespace = 'pyjobq'::regnamespace"
+        " and has_function_privilege(r.name, p.oid, 'execute')"
+    ).fetchall()
+    assert sorted(listed) == sorted(granted)
+    may = "select has_function_privilege('pyjobq_producer', 'pyjobq.job_get(uuid)', 'execute')"
+    conn.execute(
+        "update pyjobq.api_grant set roles = '{pyjobq_admin}'"
+        " where function = 'pyjobq.job_get(uuid)'"
+    )
+    conn.execute("select pyjobq.grant_roles()")
+    assert one(conn, may) is False
+    conn.execute(
+        "update pyjobq.api_grant set roles = '{pyjobq_producer,pyjobq_admin}'"
+        " where function = 'pyjobq.job_get(uuid)'"
+    )
+    conn.execute("select pyjobq.grant_roles()")
+    assert one(conn, may) is True

@@ -122,9 +122,14 @@ class AsyncQueueAdmin(AsyncCalls):
         """``job_settings``: the install's settings."""
         return await self._one(Settings, statements.SETTINGS, ())
 
-    async def settings_set(self, require_lease_token: bool | None = None) -> Settings:
-        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
-        return await self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+    async def settings_set(
+        self, require_lease_token: bool | None = None, audit_retention: timedelta | None = None
+    ) -> Settings:
+        """``job_settings_set``: change the install's settings (``None`` leaves one as it is);
+        ``audit_retention`` from a day to 100 years (``InvalidArgument`` otherwise)."""
+        return await self._one(
+            Settings, statements.SETTINGS_SET, (require_lease_token, audit_retention)
+        )
 
     async def schedule_set(
         self,

@@ -117,9 +117,12 @@ class QueueAdmin(Calls):
         """``job_settings``: the install's settings."""
         return self._one(Settings, statements.SETTINGS, ())
 
-    def settings_set(self, require_lease_token: bool | None = None) -> Settings:
-        """``job_settings_set``: change the install's settings (``None`` leaves one as it is)."""
-        return self._one(Settings, statements.SETTINGS_SET, (require_lease_token,))
+    def settings_set(
+        self, require_lease_token: bool | None = None, audit_retention: timedelta | None = None
+    ) -> Settings:
+        """``job_settings_set``: change the install's settings (``None`` leaves one as it is);
+        ``audit_retention`` from a day to 100 years (``InvalidArgument`` otherwise)."""
+        return self._one(Settings, statements.SETTINGS_SET, (require_lease_token, audit_retention))
 
     def schedule_set(
         self,

@@ -335,9 +335,11 @@ class RegisteredType:
 @dataclass(frozen=True, slots=True)
 class Settings:
     """The row of ``job_settings``: ``require_lease_token`` refuses a holder's call without the
-    claim's lease token (the schema owner excepted)."""
+    claim's lease token (the schema owner excepted); ``job_prune`` deletes the audit lines older
+    than ``audit_retention``."""
 
     require_lease_token: bool
+    audit_retention: timedelta
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,8 +142,11 @@ TYPE_REVOKE: LiteralString = "select pyjobq.job_type_revoke(%s::int, %s::text, %
 TYPE_GRANTS: LiteralString = (
     "select job_type, job_type_name, privilege, role_name from pyjobq.job_type_grants()"
 )
-SETTINGS: LiteralString = "select require_lease_token from pyjobq.job_settings()"
-SETTINGS_SET: LiteralString = "select require_lease_token from pyjobq.job_settings_set(%s::boolean)"
+SETTINGS: LiteralString = "select require_lease_token, audit_retention from pyjobq.job_settings()"
+SETTINGS_SET: LiteralString = (
+    "select require_lease_token, audit_retention"
+    " from pyjobq.job_settings_set(%s::boolean, %s::interval)"
+)
 SCHEDULE_SET: LiteralString = (
     "select next_fire_at from pyjobq.job_schedule_set(%s::text, %s::text, %s::int, %s::jsonb,"
     " %s::text, %s::int, %s::int, %s::text, %s::text, %s::int, %s::timestamptz)"

@@ -139,7 +139,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 30
+  select 31
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -481,11 +481,15 @@ comment on table pyjobq.rate_window is
 create table pyjobq.setting (
   singleton boolean primary key default true,
   require_lease_token boolean not null,
-  constraint setting_one_row check (singleton)
+  -- How long job_prune keeps audit lines: a year covers a yearly audit.
+  audit_retention interval not null default interval '1 year',
+  constraint setting_one_row check (singleton),
+  constraint setting_audit_retention_valid check (audit_retention between interval '1 day' and interval '100 years')
 );
 
 comment on table pyjobq.setting is
   'The install''s settings, one row; see job_settings. require_lease_token: a holder''s transition without '
-  'the lease token is refused (22004) unless the caller owns the schema.';
+  'the lease token is refused (22004) unless the caller owns the schema. audit_retention: job_prune deletes '
+  'the audit lines older than this.';
 
 insert into pyjobq.setting (require_lease_token) values (true);

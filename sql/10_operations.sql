@@ -270,37 +270,49 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
 -- Settings --------------------------------------------------------------------
 
 create function pyjobq.job_settings()
-returns table (require_lease_token boolean)
+returns table (require_lease_token boolean, audit_retention interval)
 language plpgsql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return query select s.require_lease_token from pyjobq.setting s;
+  return query select s.require_lease_token, s.audit_retention from pyjobq.setting s;
 end;
 $$;
 
 comment on function pyjobq.job_settings() is
   'The install''s settings. require_lease_token: a holder''s transition (complete, fail, renew, release) '
   'without the lease token job_claim returned is refused with 22004, unless the caller owns the schema; '
-  'true on a new install, false on one upgraded from before lease tokens until an admin sets it.';
+  'true on a new install, false on one upgraded from before lease tokens until an admin sets it. '
+  'audit_retention: job_prune deletes the audit lines older than this (1 year unless set).';
 
-create function pyjobq.job_settings_set(p_require_lease_token boolean default null)
-returns table (require_lease_token boolean)
+create function pyjobq.job_settings_set(
+  p_require_lease_token boolean default null,
+  p_audit_retention interval default null
+)
+returns table (require_lease_token boolean, audit_retention interval)
 language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
+  if p_audit_retention < interval '1 day' or p_audit_retention > interval '100 years' then
+    raise exception 'p_audit_retention must be an interval between 1 day and 100 years'
+      using errcode = '22023',
+            detail = format('p_audit_retention was %s.', p_audit_retention),
+            hint = 'e.g. ''1 year''; null leaves it as it is.';
+  end if;
   update pyjobq.setting s
-     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token);
-  return query select s.require_lease_token from pyjobq.setting s;
+     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token),
+         audit_retention = coalesce(p_audit_retention, s.audit_retention);
+  return query select s.require_lease_token, s.audit_retention from pyjobq.setting s;
 end;
 $$;
 
-comment on function pyjobq.job_settings_set(boolean) is
+comment on function pyjobq.job_settings_set(boolean, interval) is
   'Changes the install''s settings (a null argument leaves its setting as it is) and returns them all; see '
   'job_settings. Turn p_require_lease_token on once every client passes the lease token; calls without one '
-  'are accepted from an upgraded install for one release only.';
+  'are accepted from an upgraded install for one release only. p_audit_retention: 1 day to 100 years '
+  '(22023 otherwise).';

@@ -92,10 +92,12 @@ as $$
   select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
          p_action, p_jobs, p_detail
    where p_jobs > 0
+      or p_detail ? 'audit_lines'
 $$;
 
 comment on function pyjobq._audit(text, bigint, jsonb) is
-  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0).';
+  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0 and p_detail names no '
+  'audit lines deleted).';
 
 create function pyjobq.job_throughput(p_minutes int default null)
 returns table (

@@ -165,6 +165,7 @@ declare
   v_deleted bigint := 0;
   v_dropped int := 0;
   v_lock_timeout text := current_setting('lock_timeout');
+  v_lines bigint;
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
@@ -243,8 +244,14 @@ begin
   delete from pyjobq.job_batch b
    where b.finished_at < v_cutoff
      and not exists (select from pyjobq.job_all j where j.batch_id = b.batch_id);
-  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit,
-                                                               'days_dropped', v_dropped));
+  -- The audit lines past the install's retention (job_settings) go too; the
+  -- line this call writes says how many, when any did.
+  delete from pyjobq.audit_log a
+   where a.at < v_now - (select s.audit_retention from pyjobq.setting s);
+  get diagnostics v_lines = row_count;
+  perform pyjobq._audit('prune', v_deleted,
+                        jsonb_build_object('older_than', p_older_than, 'limit', v_limit, 'days_dropped', v_dropped)
+                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end);
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w
@@ -259,5 +266,7 @@ comment on function pyjobq.job_prune(interval, int) is
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
-  'returns less than p_limit. Also drops the rate windows with no claim in the last 25 hours, which count '
-  'nothing. A call that deleted jobs writes a line to the audit log (job_audit), with the days it dropped.';
+  'returns less than p_limit. Also deletes the audit lines older than the install''s audit_retention '
+  '(job_settings) and drops the rate windows with no claim in the last 25 hours, which count nothing. A call '
+  'that deleted jobs or audit lines writes a line to the audit log (job_audit), with the days it dropped and '
+  'the audit lines it deleted.';

@@ -106,7 +106,7 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),
-  ('pyjobq.job_settings_set(boolean)',
+  ('pyjobq.job_settings_set(boolean, interval)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean)',
    '{pyjobq_admin}'),

@@ -157,7 +157,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 30
+  select 31
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -499,12 +499,16 @@ comment on table pyjobq.rate_window is
 create table pyjobq.setting (
   singleton boolean primary key default true,
   require_lease_token boolean not null,
-  constraint setting_one_row check (singleton)
+  -- How long job_prune keeps audit lines: a year covers a yearly audit.
+  audit_retention interval not null default interval '1 year',
+  constraint setting_one_row check (singleton),
+  constraint setting_audit_retention_valid check (audit_retention between interval '1 day' and interval '100 years')
 );
 
 comment on table pyjobq.setting is
   'The install''s settings, one row; see job_settings. require_lease_token: a holder''s transition without '
-  'the lease token is refused (22004) unless the caller owns the schema.';
+  'the lease token is refused (22004) unless the caller owns the schema. audit_retention: job_prune deletes '
+  'the audit lines older than this.';
 
 insert into pyjobq.setting (require_lease_token) values (true);
 
@@ -4371,40 +4375,52 @@ comment on function pyjobq.job_redrive(uuid[], int, int) is
 -- Settings --------------------------------------------------------------------
 
 create function pyjobq.job_settings()
-returns table (require_lease_token boolean)
+returns table (require_lease_token boolean, audit_retention interval)
 language plpgsql
 stable
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  return query select s.require_lease_token from pyjobq.setting s;
+  return query select s.require_lease_token, s.audit_retention from pyjobq.setting s;
 end;
 $$;
 
 comment on function pyjobq.job_settings() is
   'The install''s settings. require_lease_token: a holder''s transition (complete, fail, renew, release) '
   'without the lease token job_claim returned is refused with 22004, unless the caller owns the schema; '
-  'true on a new install, false on one upgraded from before lease tokens until an admin sets it.';
+  'true on a new install, false on one upgraded from before lease tokens until an admin sets it. '
+  'audit_retention: job_prune deletes the audit lines older than this (1 year unless set).';
 
-create function pyjobq.job_settings_set(p_require_lease_token boolean default null)
-returns table (require_lease_token boolean)
+create function pyjobq.job_settings_set(
+  p_require_lease_token boolean default null,
+  p_audit_retention interval default null
+)
+returns table (require_lease_token boolean, audit_retention interval)
 language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
+  if p_audit_retention < interval '1 day' or p_audit_retention > interval '100 years' then
+    raise exception 'p_audit_retention must be an interval between 1 day and 100 years'
+      using errcode = '22023',
+            detail = format('p_audit_retention was %s.', p_audit_retention),
+            hint = 'e.g. ''1 year''; null leaves it as it is.';
+  end if;
   update pyjobq.setting s
-     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token);
-  return query select s.require_lease_token from pyjobq.setting s;
+     set require_lease_token = coalesce(p_require_lease_token, s.require_lease_token),
+         audit_retention = coalesce(p_audit_retention, s.audit_retention);
+  return query select s.require_lease_token, s.audit_retention from pyjobq.setting s;
 end;
 $$;
 
-comment on function pyjobq.job_settings_set(boolean) is
+comment on function pyjobq.job_settings_set(boolean, interval) is
   'Changes the install''s settings (a null argument leaves its setting as it is) and returns them all; see '
   'job_settings. Turn p_require_lease_token on once every client passes the lease token; calls without one '
-  'are accepted from an upgraded install for one release only.';
+  'are accepted from an upgraded install for one release only. p_audit_retention: 1 day to 100 years '
+  '(22023 otherwise).';
 
 -- Schedules -------------------------------------------------------------------
 --
@@ -5008,10 +5024,12 @@ as $$
   select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
          p_action, p_jobs, p_detail
    where p_jobs > 0
+      or p_detail ? 'audit_lines'
 $$;
 
 comment on function pyjobq._audit(text, bigint, jsonb) is
-  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0).';
+  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0 and p_detail names no '
+  'audit lines deleted).';
 
 create function pyjobq.job_throughput(p_minutes int default null)
 returns table (
@@ -6190,6 +6208,7 @@ declare
   v_deleted bigint := 0;
   v_dropped int := 0;
   v_lock_timeout text := current_setting('lock_timeout');
+  v_lines bigint;
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
   if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
@@ -6268,8 +6287,14 @@ begin
   delete from pyjobq.job_batch b
    where b.finished_at < v_cutoff
      and not exists (select from pyjobq.job_all j where j.batch_id = b.batch_id);
-  perform pyjobq._audit('prune', v_deleted, jsonb_build_object('older_than', p_older_than, 'limit', v_limit,
-                                                               'days_dropped', v_dropped));
+  -- The audit lines past the install's retention (job_settings) go too; the
+  -- line this call writes says how many, when any did.
+  delete from pyjobq.audit_log a
+   where a.at < v_now - (select s.audit_retention from pyjobq.setting s);
+  get diagnostics v_lines = row_count;
+  perform pyjobq._audit('prune', v_deleted,
+                        jsonb_build_object('older_than', p_older_than, 'limit', v_limit, 'days_dropped', v_dropped)
+                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end);
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w
@@ -6284,8 +6309,10 @@ comment on function pyjobq.job_prune(interval, int) is
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
-  'returns less than p_limit. Also drops the rate windows with no claim in the last 25 hours, which count '
-  'nothing. A call that deleted jobs writes a line to the audit log (job_audit), with the days it dropped.';
+  'returns less than p_limit. Also deletes the audit lines older than the install''s audit_retention '
+  '(job_settings) and drops the rate windows with no claim in the last 25 hours, which count nothing. A call '
+  'that deleted jobs or audit lines writes a line to the audit log (job_audit), with the days it dropped and '
+  'the audit lines it deleted.';
 
 -- Privileges ------------------------------------------------------------------
 
@@ -6395,7 +6422,7 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),
-  ('pyjobq.job_settings_set(boolean)',
+  ('pyjobq.job_settings_set(boolean, interval)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_limits(int, int, int, int, interval, int, interval, boolean)',
    '{pyjobq_admin}'),

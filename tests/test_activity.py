@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from pyjobq import InvalidArgument, JobQueue
 from tests.sqlhelp import FROZEN, enqueue, freeze, one, raises_sqlstate, table_snapshot
 
 Conn = psycopg.Connection[Any]
@@ -295,3 +296,35 @@ def test_workers_sharing_a_connection_are_told_apart(conn: Conn) -> None:
     assert conn.execute(
         "select worker_id, completed from pyjobq.job_workers() order by 1"
     ).fetchall() == [("w1", 1), ("w2", 2)]
+
+
+def test_prune_deletes_the_audit_lines_past_the_retention_and_says_how_many(
+    conn: Conn, login_role: Any
+) -> None:
+    """The audit log keeps a year unless an admin sets otherwise; job_prune deletes what is
+    older and its own line counts them, even when no job went with them."""
+    for _ in range(3):
+        conn.execute("select * from pyjobq.job_cancel(array[%s]::uuid[])", (enqueue(conn),))
+    conn.execute("update pyjobq.audit_log set at = at - interval '400 days'")
+    conn.execute("select * from pyjobq.job_cancel(array[%s]::uuid[])", (enqueue(conn),))
+    with psycopg.connect(login_role("pyjobq_admin"), autocommit=True) as admin:
+        q = JobQueue(admin)
+        assert q.settings().audit_retention == timedelta(days=365)
+        for bad in (timedelta(hours=23), timedelta(days=365 * 101)):
+            with pytest.raises(InvalidArgument):
+                q.settings_set(audit_retention=bad)
+        assert q.settings().audit_retention == timedelta(days=365)
+        assert one(admin, "select pyjobq.job_prune('100 years')") == 0
+        lines = admin.execute("select action, jobs, detail from pyjobq.job_audit()").fetchall()
+        assert [(a, j, d.get("audit_lines")) for a, j, d in lines] == [
+            ("prune", 0, 3),
+            ("cancel", 1, None),
+        ]
+        # A shorter retention takes the cancel's line at the next prune.
+        assert q.settings_set(audit_retention=timedelta(days=1)).audit_retention == timedelta(
+            days=1
+        )
+        conn.execute("update pyjobq.audit_log set at = at - interval '2 days'")
+        admin.execute("select pyjobq.job_prune('100 years')")
+        lines = admin.execute("select action, jobs, detail from pyjobq.job_audit()").fetchall()
+        assert [(a, j, d.get("audit_lines")) for a, j, d in lines] == [("prune", 0, 2)]

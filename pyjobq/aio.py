@@ -40,6 +40,7 @@ from pyjobq.rows import (
     FailOutcome,
     JobInfo,
     JobSummary,
+    PruneEstimate,
     ReapedJob,
     Release,
     Renewal,
@@ -413,3 +414,8 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         """
         deleted: int = await self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
+
+    async def prune_estimate(self, older_than: timedelta) -> PruneEstimate:
+        """``job_prune_estimate``: about how many ended jobs ``prune(older_than)`` would delete,
+        from the statistics of whole days and a count of the rest."""
+        return await self._one(PruneEstimate, statements.PRUNE_ESTIMATE, (older_than,))

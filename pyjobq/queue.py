@@ -36,6 +36,7 @@ from pyjobq.rows import (
     FailOutcome,
     JobInfo,
     JobSummary,
+    PruneEstimate,
     ReapedJob,
     Release,
     Renewal,
@@ -409,3 +410,8 @@ class JobQueue(Batches, QueueAdmin):
         """
         deleted: int = self._scalar(statements.PRUNE, (older_than, limit))
         return deleted
+
+    def prune_estimate(self, older_than: timedelta) -> PruneEstimate:
+        """``job_prune_estimate``: about how many ended jobs ``prune(older_than)`` would delete,
+        from the statistics of whole days and a count of the rest."""
+        return self._one(PruneEstimate, statements.PRUNE_ESTIMATE, (older_than,))

@@ -333,6 +333,15 @@ class RegisteredType:
 
 
 @dataclass(frozen=True, slots=True)
+class PruneEstimate:
+    """The row of ``job_prune_estimate``: about how many ended ``jobs`` ``job_prune`` would
+    delete; ``exact`` when each was counted, not taken from a day's statistics."""
+
+    jobs: int
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The row of ``job_settings``: ``require_lease_token`` refuses a holder's call without the
     claim's lease token (the schema owner excepted); ``job_prune`` deletes the audit lines older

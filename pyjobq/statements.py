@@ -104,6 +104,7 @@ WATCH: LiteralString = "select job_id, status, status_name from pyjobq.job_watch
 CANCEL: LiteralString = "select job_id, outcome from pyjobq.job_cancel(%s::uuid[])"
 REDRIVE: LiteralString = "select job_id from pyjobq.job_redrive(%s::uuid[], %s::int, %s::int)"
 PRUNE: LiteralString = "select pyjobq.job_prune(%s::interval, %s::int)"
+PRUNE_ESTIMATE: LiteralString = "select jobs, exact from pyjobq.job_prune_estimate(%s::interval)"
 THROUGHPUT: LiteralString = (
     "select minute, job_type, job_type_name, completed, retried, dead"
     " from pyjobq.job_throughput(%s::int)"

@@ -139,7 +139,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 31
+  select 32
 $$;
 
 comment on function pyjobq.schema_version() is

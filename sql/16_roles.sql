@@ -92,6 +92,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_prune(interval, int)',
    '{pyjobq_admin}'),
+  ('pyjobq.job_prune_estimate(interval)',
+   '{pyjobq_admin}'),
   ('pyjobq.job_history_maintain(int)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_register(int, text)',

@@ -561,3 +561,24 @@ def test_a_bulk_action_changes_only_the_jobs_its_preview_counted(
     assert one(conn, "select status from pyjobq.job_all where job_id = %s", (late,)) == 4
     pending = conn.execute("select job_id from pyjobq.job where status = 1 and job_type = 1")
     assert {r[0] for r in pending} == previewed
+
+
+def test_prune_shows_what_it_deletes_before_it_deletes(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    arrange(conn)
+    conn.execute("update pyjobq.job_history set updated_at = updated_at - interval '10 days'")
+    ended = one(conn, "select count(*) from pyjobq.job_history")
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        page.goto(base + "/")
+        page.click("nav >> text=Prune")
+        assert page.locator("#prune").count() == 0, "no prune before its estimate"
+        page.fill("input[name=days]", "5")
+        page.click("#estimate")
+        assert page.locator("#jobs").inner_text() == str(ended)
+        assert one(conn, "select count(*) from pyjobq.job_history") == ended
+        shoot(page, "prune", tmp_path)
+        page.click("#prune")
+        page.wait_for_url("**/audit?notice=*")
+        assert page.locator("#notice").inner_text() == f"prune: {ended} jobs"
+    assert one(conn, "select count(*) from pyjobq.job_history") == 0

@@ -246,3 +246,34 @@ def test_only_an_admin_makes_the_days_and_no_caller_picks_them(
     ]
     with psycopg.connect(login_role("pyjobq_admin"), autocommit=True) as admin:
         assert one(admin, "select pyjobq.job_history_maintain(3)") == 2
+
+
+def test_the_prune_estimate_is_what_prune_then_deletes(conn: Conn) -> None:
+    """Whole days from the statistics the daily maintenance keeps, the cutoff's own day counted:
+    the figure job_prune then deletes. A day never analyzed is counted, and the figure exact."""
+
+    def estimate(older_than: str) -> tuple[Any, ...]:
+        return one_row(conn, "select jobs, exact from pyjobq.job_prune_estimate(%s)", (older_than,))
+
+    for day, jobs in ((0, 5), (1, 7), (2, 4)):
+        at = FROZEN + timedelta(days=day)
+        freeze(conn, at)
+        one(conn, "select pyjobq.job_history_maintain()")  # analyzes the days before
+        finish(conn, jobs, at + timedelta(hours=12))
+    freeze(conn, FROZEN + timedelta(days=3, hours=6))
+    one(conn, "select pyjobq.job_history_maintain()")  # the next day's: the 3rd is analyzed
+    # Two days whole (5 + 7, from statistics), then the third day's jobs counted up to the cutoff.
+    assert estimate("30 hours") == (12, False)
+    assert estimate("18 hours") == (12, False)
+    assert estimate("17 hours") == (16, False)
+    assert estimate("1 hour") == (16, False)
+    assert one(conn, "select pyjobq.job_prune('30 hours')") == 12
+    # No day left whole before the cutoff: every job counted.
+    assert estimate("17 hours") == (4, True)
+    # A day never analyzed (its partition made without the maintenance): every job counted.
+    one(conn, "select pyjobq._history_day(%s)", ((FROZEN + timedelta(days=10)).date(),))
+    finish(conn, 3, FROZEN + timedelta(days=10, hours=1))
+    freeze(conn, FROZEN + timedelta(days=12))
+    assert estimate("1 day") == (7, True)
+    assert one(conn, "select pyjobq.job_prune('1 day')") == 7
+    assert estimate("0 seconds") == (0, True)

@@ -111,6 +111,7 @@ ALLOWED = {
         "job_reap",
         "job_redrive",
         "job_prune",
+        "job_prune_estimate",
         "job_history_maintain",
         "job_type_register",
         "job_type_grant",

@@ -26,11 +26,12 @@ FUNCTIONS = {
     "job_cancel": "uuid[]",
     "job_redrive": "uuid[], int, int",
     "job_prune": "interval, int",
+    "job_prune_estimate": "interval",
 }
 ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune"})
 # What a hot standby cannot answer besides the actions: the per-minute counts are unlogged (they
 # cost no WAL per job), so only the primary has them.
-PRIMARY_ONLY = ACTIONS | {"job_throughput", "job_workers"}
+PRIMARY_ONLY = ACTIONS | {"job_throughput", "job_workers", "job_prune_estimate"}
 
 # Which of FUNCTIONS the connected role may execute, as PostgreSQL's catalog says.
 MAY_EXECUTE = (

@@ -275,8 +275,31 @@ async def bulk_run(request: Request) -> Response:
     return back_to("/audit", f"{action}: {changed} jobs{rest}")
 
 
+def age(days: str) -> tuple[float, timedelta]:
+    """The form's ``days`` as a number and as an age (ValueError when it is neither)."""
+    try:
+        number = float(days)
+        return number, timedelta(days=number)
+    except OverflowError as e:
+        raise ValueError(days) from e
+
+
 async def prune_form(request: Request) -> Response:
-    return render(request, "prune.html", allowed=dashboard(request).acts("job_prune"))
+    """The prune form; with ``days``, what a prune of that age would delete
+    (``job_prune_estimate``) and the button that runs it."""
+    board = dashboard(request)
+    allowed = board.acts("job_prune")
+    days = request.query_params.get("days")
+    if days is None or not allowed:
+        return render(request, "prune.html", allowed=allowed, days=None, estimate=None)
+    try:
+        number, older_than = age(days)
+        estimate = await board.queue.prune_estimate(older_than)
+    except ValueError:
+        return problem(request, 400, "days must be a number of days")
+    except PyjobqError as e:
+        return problem(request, 400, str(e))
+    return render(request, "prune.html", allowed=allowed, days=number, estimate=estimate)
 
 
 async def prune(request: Request) -> Response:
@@ -284,9 +307,8 @@ async def prune(request: Request) -> Response:
     if (no := refused(request, fields, "job_prune")) is not None:
         return no
     try:
-        days = float(fields.get("days", ""))
-        older_than = timedelta(days=days)
-    except (ValueError, OverflowError):
+        days, older_than = age(fields.get("days", ""))
+    except ValueError:
         return problem(request, 400, "days must be a number of days")
     board = dashboard(request)
     deleted = 0

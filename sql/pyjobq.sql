@@ -6190,6 +6190,26 @@ comment on function pyjobq.job_history_maintain(int) is
   'one exists). job_reap calls it; waits at most 100 ms for a lock (55P03 otherwise: call again later), so '
   'that the sessions queued behind it wait no longer.';
 
+-- The age argument of job_prune and job_prune_estimate.
+create function pyjobq._check_older_than(p_older_than interval)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
+    raise exception 'p_older_than must be an interval between 0 and 100 years'
+      using errcode = case when p_older_than is null then '22004' else '22023' end,
+            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
+            hint = 'e.g. ''7 days''.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_older_than(interval) is
+  'Raises 22004 when p_older_than is null, 22023 when it is below 0 or above 100 years.';
+
 create function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
 language plpgsql
@@ -6211,12 +6231,7 @@ declare
   v_lines bigint;
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
-    raise exception 'p_older_than must be an interval between 0 and 100 years'
-      using errcode = case when p_older_than is null then '22004' else '22023' end,
-            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
-            hint = 'e.g. ''7 days''.';
-  end if;
+  perform pyjobq._check_older_than(p_older_than);
   v_cutoff := v_now - p_older_than;
   -- Whole days first: the partition of each day that ended by the cutoff is
   -- dropped, unless it holds a parent with a dependant yet to end (the
@@ -6335,12 +6350,7 @@ declare
   v_estimated bigint;
   v_unanalyzed int;
 begin
-  if p_older_than is null or p_older_than < interval '0' or p_older_than > interval '100 years' then
-    raise exception 'p_older_than must be an interval between 0 and 100 years'
-      using errcode = case when p_older_than is null then '22004' else '22023' end,
-            detail = format('p_older_than was %s.', coalesce(p_older_than::text, 'null')),
-            hint = 'e.g. ''7 days''.';
-  end if;
+  perform pyjobq._check_older_than(p_older_than);
   v_cutoff := pyjobq.clock_now() - p_older_than;
   -- The partitions job_prune would drop whole: those whose day ended by the cutoff.
   select count(*), coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint, count(*) filter (where c.reltuples < 0),

@@ -332,6 +332,28 @@ def test_migrate_upgrades_a_database_with_jobs_from_the_first_step(
     assert_old_rows_work_on_the_new_schema(target, jobs)
 
 
+def apply_until(target: str, migration: str, including: bool = False) -> None:
+    """Apply the shipped migrations before ``migration`` (and it too when ``including``)."""
+    migrations = read_migrations(str(migrations_dir()))
+    end = [m.id for m in migrations].index(migration) + int(including)
+    with psycopg.connect(target, autocommit=True) as connection:
+        create_schema(connection)
+    with get_backend(yoyo_url(target)) as backend, backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations[:end]))
+
+
+def end_two_of_three(conn: psycopg.Connection[Any]) -> tuple[Any, Any, Any]:
+    """Three jobs enqueued, the first completed and the second DEAD: their (job_id, attempt,
+    lease_token) rows, and the third's id."""
+    ids = [one(conn, "select job_id from pyjobq.job_enqueue(1)") for _ in range(3)]
+    done, dead = conn.execute(
+        "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
+    ).fetchall()
+    conn.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", done)
+    conn.execute("select * from pyjobq.job_fail(%s, 'w1', %s, 'x', null, true, %s)", dead)
+    return done, dead, ids[2]
+
+
 def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
     new_database: Callable[[], str],
 ) -> None:
@@ -339,19 +361,9 @@ def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
     which reaches back to the first job: the default partition, which each day's attach reads
     while holding it, stays empty, and the old history goes with one drop."""
     target = new_database()
-    migrations = read_migrations(str(migrations_dir()))
-    before_history = migrations[: [m.id for m in migrations].index("0027_history")]
-    with psycopg.connect(target, autocommit=True) as connection:
-        create_schema(connection)
-    with get_backend(yoyo_url(target)) as backend, backend.lock():
-        backend.apply_migrations(backend.to_apply(before_history))
+    apply_until(target, "0027_history")
     with psycopg.connect(target, autocommit=True) as conn:
-        ids = [one(conn, "select job_id from pyjobq.job_enqueue(1)") for _ in range(3)]
-        done, dead = conn.execute(
-            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
-        ).fetchall()
-        conn.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", done)
-        conn.execute("select * from pyjobq.job_fail(%s, 'w1', %s, 'x', null, true, %s)", dead)
+        done, dead, pending = end_two_of_three(conn)
         today = one(conn, "select (now() at time zone 'UTC')::date")
     migrate(target)
     day = f"job_history_{today:%Y%m%d}"
@@ -361,7 +373,7 @@ def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
             " union all select job_id, tableoid::regclass::text from pyjobq.job_history"
         ).fetchall()
         assert sorted(placed) == sorted(
-            [(done[0], f"pyjobq.{day}"), (dead[0], f"pyjobq.{day}"), (ids[2], "pyjobq.job")]
+            [(done[0], f"pyjobq.{day}"), (dead[0], f"pyjobq.{day}"), (pending, "pyjobq.job")]
         )
         assert one(conn, "select count(*) from pyjobq.job_history_default") == 0
         # Its day made, the maintainer makes tomorrow's; once the day is past, one drop.
@@ -397,22 +409,11 @@ def test_an_install_upgraded_by_the_released_schema_27_gets_its_old_history_out_
     job_prune never drops and each day's attach reads while holding it; schema 28 moves them to
     a partition of their own, reaching up to the first day partition, which goes with one drop."""
     target = new_database()
-    migrations = read_migrations(str(migrations_dir()))
-    ids = [m.id for m in migrations]
-    with psycopg.connect(target, autocommit=True) as connection:
-        create_schema(connection)
-    with get_backend(yoyo_url(target)) as backend, backend.lock():
-        backend.apply_migrations(backend.to_apply(migrations[: ids.index("0027_history")]))
+    apply_until(target, "0027_history")
     with psycopg.connect(target, autocommit=True) as conn:
         freeze(conn, "2030-01-01 12:00+00")
-        ids_made = [one(conn, "select job_id from pyjobq.job_enqueue(1)") for _ in range(3)]
-        done, dead = conn.execute(
-            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 2)"
-        ).fetchall()
-        conn.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", done)
-        conn.execute("select * from pyjobq.job_fail(%s, 'w1', %s, 'x', null, true, %s)", dead)
-    with get_backend(yoyo_url(target)) as backend, backend.lock():
-        backend.apply_migrations(backend.to_apply(migrations[: ids.index("0027_history") + 1]))
+        done, dead, pending = end_two_of_three(conn)
+    apply_until(target, "0027_history", including=True)
     with psycopg.connect(target, autocommit=True) as conn:
         freeze(conn, "2030-01-03 12:00+00")
         assert one(conn, "select pyjobq.job_history_maintain()") == 2  # the 3rd and the 4th
@@ -427,7 +428,7 @@ def test_an_install_upgraded_by_the_released_schema_27_gets_its_old_history_out_
             [
                 (done[0], "pyjobq.job_history_20300102"),
                 (dead[0], "pyjobq.job_history_20300102"),
-                (ids_made[2], "pyjobq.job"),
+                (pending, "pyjobq.job"),
             ]
         )
         assert one(conn, "select count(*) from pyjobq.job_history_default") == 0

@@ -49,7 +49,9 @@ def make_history(conn: Conn, jobs: int) -> None:
             "select count(*) from pyjobq.job_complete_many('maker', %s::uuid[], %s::int[])",
             ([r[0] for r in claimed], [r[1] for r in claimed]),
         )
+    # Settled before the load starts: no autovacuum of what was just made inside "before".
     conn.execute("vacuum analyze pyjobq.job")
+    conn.execute("vacuum analyze pyjobq.job_history")
 
 
 class Load:
@@ -136,7 +138,7 @@ def main() -> None:
             for t in load.threads:
                 t.start()
             try:
-                load.per_second(5)  # warm up
+                load.per_second(args.settle)  # warm up: the backlog and autovacuum settle
                 print(
                     f"SQL drain loop, {args.drainers} sessions, a backlog kept above"
                     f" {BACKLOG_LOW:,}; {args.history:,} ended jobs in the history"

@@ -504,6 +504,21 @@ def test_a_post_from_another_origin_is_refused_whatever_it_carries(
         own = {"origin": base, "sec-fetch-site": "same-origin"}
         assert forged_post(page, url, own, csrf=csrf) == 303
     assert one(conn, "select status from pyjobq.job where job_id = %s", (dead,)) == 1
+    # Behind a proxy that passes its upstream's address as the Host, the site's own pages POST
+    # from the name it was given with --allowed-host, and from no other.
+    other = jobs["others"][1]
+    proxied = {"origin": "https://dash.example.com", "sec-fetch-site": "same-origin"}
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{other}")
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/{other}/redrive", proxied, csrf=csrf) == 403
+    with dashboard(
+        login_role("pyjobq_admin"), "--allow-actions", "--allowed-host", "dash.example.com"
+    ) as base:
+        page.goto(f"{base}/jobs/{other}")
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/{other}/redrive", proxied, csrf=csrf) == 303
+    assert one(conn, "select status from pyjobq.job where job_id = %s", (other,)) == 1
 
 
 def test_a_role_without_the_grant_changes_nothing(

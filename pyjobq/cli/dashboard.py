@@ -35,8 +35,9 @@ from pyjobq.cli.group import main
     "allowed_hosts",
     multiple=True,
     metavar="NAME",
-    help="a name its users reach it by (repeat for more); a request with any other Host is "
-    "refused [default: the --host address, and on loopback localhost, 127.0.0.1 and ::1]",
+    help="a name its users reach it by (repeat for more), also behind a proxy that passes "
+    "another Host; a request with any other Host, or a POST from any other site, is refused "
+    "[default: the --host address, and on loopback localhost, 127.0.0.1 and ::1]",
 )
 @click.option(
     "--actor-header",
@@ -84,6 +85,7 @@ def dashboard(
         token=token,
         actor_header=actor_header,
         hosts=own_hosts(host, allowed_hosts),
+        origins=tuple(name.lower() for name in allowed_hosts),
     )
     logs.configure(log_level, log_format)
     click.echo(f"pyjobq dashboard on http://{host}:{port}/", err=True)

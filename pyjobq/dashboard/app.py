@@ -52,7 +52,10 @@ async def guard_requests(
         )
     if request.method not in SAFE_METHODS and not board.guard.same_origin(request):
         return PlainTextResponse(
-            "a request from another site is refused", status_code=403, headers=HEADERS
+            "a request from another site is refused (behind a proxy that passes another Host,"
+            " name the site with --allowed-host)",
+            status_code=403,
+            headers=HEADERS,
         )
     nonce = request.cookies.get(CSRF_COOKIE)
     request.state.csrf_nonce = nonce or new_nonce()
@@ -99,7 +102,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
                 settings=settings,
                 pool=pool,
                 queue=AsyncJobQueue(pool),
-                guard=Guard(settings.token, settings.hosts),
+                guard=Guard(settings.token, settings.hosts, settings.origins),
                 templates=templates,
                 role=str(role[0]) if role else "?",
                 can=can,

@@ -12,8 +12,8 @@ Each browser gets a random ``pyjobq_csrf`` cookie; every form carries an HMAC of
 secret drawn when the process starts. A POST whose field is not the HMAC of its cookie is
 refused before anything runs: another site can make a browser send the cookie, but cannot
 read it to compute the field. A POST that a browser marks as coming from another origin
-(``Origin`` other than the ``Host`` it was sent to, ``Sec-Fetch-Site`` other than same-origin)
-is refused as well, whatever it carries.
+(``Origin`` other than the ``Host`` it was sent to and not a name given with ``--allowed-host``,
+``Sec-Fetch-Site`` other than same-origin) is refused as well, whatever it carries.
 """
 
 from __future__ import annotations
@@ -49,9 +49,12 @@ def _host_and_port(netloc: str, default_port: int | None) -> tuple[str, int | No
 class Guard:
     """The token and the CSRF secret of one dashboard process."""
 
-    def __init__(self, token: str | None, hosts: tuple[str, ...]) -> None:
+    def __init__(
+        self, token: str | None, hosts: tuple[str, ...], origins: tuple[str, ...] = ()
+    ) -> None:
         self.token = token
         self.hosts = frozenset(hosts)
+        self.origins = frozenset(origins)
         self._secret = secrets.token_bytes(32)
 
     def serves(self, request: Request) -> bool:
@@ -61,7 +64,8 @@ class Guard:
 
     def same_origin(self, request: Request) -> bool:
         """False when the browser says the request comes from another origin than the one it
-        was sent to; True for clients that say nothing (scripts, curl)."""
+        was sent to, unless that origin's name is one of ``origins``; True for clients that say
+        nothing (scripts, curl)."""
         if request.headers.get("sec-fetch-site", "same-origin") not in OWN_FETCH_SITES:
             return False
         origin = request.headers.get("origin")
@@ -72,8 +76,11 @@ class Guard:
         if default is None or split.path or split.query:
             return False  # "null", or not an origin at all
         sent_from = _host_and_port(split.netloc, default)
-        sent_to = _host_and_port(request.headers.get("host", ""), default)
-        return sent_from is not None and sent_from == sent_to
+        if sent_from is None:
+            return False
+        return sent_from[0] in self.origins or sent_from == _host_and_port(
+            request.headers.get("host", ""), default
+        )
 
     def admits(self, request: Request) -> bool:
         """True when no token is configured or the request carries it."""

@@ -25,7 +25,9 @@ class DashboardSettings:
     ``X-Forwarded-User``), named in audit lines; trusted only when given. ``refresh_seconds``:
     how often the overview updates itself. ``hosts``: the names a request's ``Host`` may
     carry (any port); any other is refused, so that a page of another site whose name was made
-    to resolve to this address (DNS rebinding) reads and does nothing."""
+    to resolve to this address (DNS rebinding) reads and does nothing. ``origins``: the names
+    named with ``--allowed-host``, whose pages may POST even when the ``Host`` the dashboard
+    sees is another (a proxy that passes its upstream's address as the Host)."""
 
     dsn: str
     allow_actions: bool = False
@@ -33,6 +35,7 @@ class DashboardSettings:
     actor_header: str | None = None
     refresh_seconds: float = 2.0
     hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    origins: tuple[str, ...] = ()
 
 
 def is_loopback(host: str) -> bool:

@@ -1,0 +1,54 @@
+"""What a caller in REPEATABLE READ or SERIALIZABLE gets from the functions that lock rows other
+sessions change: READ COMMITTED (the default) never sees 40001 from them; a transaction whose
+snapshot is older than another session's change to a row the call reaches does, and changes
+nothing. Each case is arranged in order on two sessions, no sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.sqlhelp import enqueue, one, raises_sqlstate
+
+Conn = psycopg.Connection[Any]
+
+SCHEDULE = (
+    "select pyjobq.job_schedule_set('s', '* * * * *', 1, '{}', p_grace_seconds => 86400,"
+    " p_start_at => now() - interval '5 minutes')"
+)
+CALLS = {
+    "claim": ([], "select * from pyjobq.job_claim(%s, 1)"),
+    "claim with a key limit": (
+        ["select pyjobq.job_type_set_limits(1, p_key_max_running => 1)"],
+        "select * from pyjobq.job_claim(%s, 1)",
+    ),
+    "schedule tick": ([SCHEDULE], "select * from pyjobq.job_schedule_tick() where %s::text <> ''"),
+}
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+@pytest.mark.parametrize("call", list(CALLS))
+def test_a_snapshot_older_than_another_sessions_change_gets_40001(
+    conn: Conn, make_conn: Callable[[], Conn], isolation: str, call: str
+) -> None:
+    setup, statement = CALLS[call]
+    for s in setup:
+        conn.execute(s)
+    if call != "schedule tick":
+        enqueue(conn)
+        enqueue(conn)
+    old = make_conn()
+    old.execute("begin isolation level " + isolation)
+    old.execute("select count(*) from pyjobq.job_types()")  # the snapshot is taken here
+    conn.execute(statement, ("other",)).fetchall()  # another session changes a row, commits
+    before = one(conn, "select count(*) from pyjobq.job_all where status = 2")
+    with raises_sqlstate("40001"):
+        old.execute(statement, ("old",)).fetchall()
+    old.execute("rollback")
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 2") == before
+    # The same call in READ COMMITTED, at the same point, goes through.
+    fresh = make_conn()
+    fresh.execute(statement, ("fresh",)).fetchall()

@@ -132,6 +132,8 @@ def search(job: ClaimedJob) -> Payload:
         raise ValueError(f"order {order_id}: document cannot be indexed")
     if is_flaky_search(order_id) and job.attempt == 1:
         raise Retry(0.2, "search index busy")
+    if job.parent_results is not None:  # what its claim saw of its parents (the pipeline's merge)
+        return {"indexed": order_id, "parents": [p["status"] for p in job.parent_results]}
     return {"indexed": order_id}
 
 

@@ -235,7 +235,7 @@ def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
     lines = result.stdout.splitlines()
     pipeline = "4 parts -> merge, batch of 5: finished, 5 DONE, success callback enqueued"
     assert f"pipeline          {pipeline}" in lines
-    assert "  ok   the merge started after its 4 parts ended" in lines
+    assert "  ok   the merge ran after its 4 parts ended DONE" in lines
     assert "  ok   the batch finished and its callback was enqueued once" in lines
 
 

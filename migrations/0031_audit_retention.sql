@@ -69,7 +69,10 @@ comment on function pyjobq.job_settings_set(boolean, interval) is
   'are accepted from an upgraded install for one release only. p_audit_retention: 1 day to 100 years '
   '(22023 otherwise).';
 
-create or replace function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb)
+-- _audit takes whether the call changed anything, which job_prune now says
+-- itself (it can delete audit lines and no job).
+drop function pyjobq._audit(text, bigint, jsonb);
+create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb, p_changed boolean default null)
 returns void
 language sql
 volatile
@@ -78,13 +81,13 @@ as $$
   insert into pyjobq.audit_log (at, role, actor, action, jobs, detail)
   select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
          p_action, p_jobs, p_detail
-   where p_jobs > 0
-      or p_detail ? 'audit_lines'
+   where coalesce(p_changed, p_jobs > 0)
 $$;
 
-comment on function pyjobq._audit(text, bigint, jsonb) is
-  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0 and p_detail names no '
-  'audit lines deleted).';
+comment on function pyjobq._audit(text, bigint, jsonb, boolean) is
+  'Writes an audit_log line for action p_action on p_jobs jobs when the call changed something: p_changed, '
+  'or when it is null, p_jobs above 0.';
+
 
 create or replace function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
@@ -190,7 +193,8 @@ begin
   get diagnostics v_lines = row_count;
   perform pyjobq._audit('prune', v_deleted,
                         jsonb_build_object('older_than', p_older_than, 'limit', v_limit, 'days_dropped', v_dropped)
-                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end);
+                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end,
+                        v_deleted > 0 or v_lines > 0);
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w

@@ -82,7 +82,7 @@ comment on function pyjobq._stat_add(timestamptz, text, smallint[], smallint[]) 
   'Records in job_stat the jobs that just left RUNNING: their types and new statuses (3 completed, 1 '
   'retried, 4 dead), by p_worker_id (null: the reaper) at p_now.';
 
-create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb)
+create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb, p_changed boolean default null)
 returns void
 language sql
 volatile
@@ -91,13 +91,12 @@ as $$
   insert into pyjobq.audit_log (at, role, actor, action, jobs, detail)
   select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
          p_action, p_jobs, p_detail
-   where p_jobs > 0
-      or p_detail ? 'audit_lines'
+   where coalesce(p_changed, p_jobs > 0)
 $$;
 
-comment on function pyjobq._audit(text, bigint, jsonb) is
-  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0 and p_detail names no '
-  'audit lines deleted).';
+comment on function pyjobq._audit(text, bigint, jsonb, boolean) is
+  'Writes an audit_log line for action p_action on p_jobs jobs when the call changed something: p_changed, '
+  'or when it is null, p_jobs above 0.';
 
 create function pyjobq.job_throughput(p_minutes int default null)
 returns table (

@@ -5014,7 +5014,7 @@ comment on function pyjobq._stat_add(timestamptz, text, smallint[], smallint[]) 
   'Records in job_stat the jobs that just left RUNNING: their types and new statuses (3 completed, 1 '
   'retried, 4 dead), by p_worker_id (null: the reaper) at p_now.';
 
-create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb)
+create function pyjobq._audit(p_action text, p_jobs bigint, p_detail jsonb, p_changed boolean default null)
 returns void
 language sql
 volatile
@@ -5023,13 +5023,12 @@ as $$
   insert into pyjobq.audit_log (at, role, actor, action, jobs, detail)
   select pyjobq.clock_now(), session_user, left(nullif(current_setting('pyjobq.actor', true), ''), 200),
          p_action, p_jobs, p_detail
-   where p_jobs > 0
-      or p_detail ? 'audit_lines'
+   where coalesce(p_changed, p_jobs > 0)
 $$;
 
-comment on function pyjobq._audit(text, bigint, jsonb) is
-  'Writes an audit_log line for action p_action on p_jobs jobs (none when p_jobs is 0 and p_detail names no '
-  'audit lines deleted).';
+comment on function pyjobq._audit(text, bigint, jsonb, boolean) is
+  'Writes an audit_log line for action p_action on p_jobs jobs when the call changed something: p_changed, '
+  'or when it is null, p_jobs above 0.';
 
 create function pyjobq.job_throughput(p_minutes int default null)
 returns table (
@@ -6190,6 +6189,28 @@ comment on function pyjobq.job_history_maintain(int) is
   'one exists). job_reap calls it; waits at most 100 ms for a lock (55P03 otherwise: call again later), so '
   'that the sessions queued behind it wait no longer.';
 
+-- The day partitions of the history whose day ended by p_cutoff: those
+-- job_prune drops whole, named job_history_YYYYMMDD after their (last) day.
+create function pyjobq._history_days_by(p_cutoff timestamptz)
+returns table (part regclass, day_end timestamptz, estimated_rows real)
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select c.oid::regclass, (to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp at time zone 'UTC',
+         c.reltuples
+    from pg_partition_tree('pyjobq.job_history') t
+    join pg_class c on c.oid = t.relid
+   where t.isleaf
+     and c.relname ~ '^job_history_[0-9]{8}$'
+     and (to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp at time zone 'UTC' <= p_cutoff
+   order by c.relname
+$$;
+
+comment on function pyjobq._history_days_by(timestamptz) is
+  'The partitions of job_history whose day (UTC) ended by p_cutoff, oldest first: each with the end of its '
+  'day and its row count as ANALYZE last estimated it (-1: never analyzed).';
+
 -- The age argument of job_prune and job_prune_estimate.
 create function pyjobq._check_older_than(p_older_than interval)
 returns void
@@ -6239,15 +6260,7 @@ begin
   -- The drop waits at most 100 ms for its lock on job_history, which every
   -- completion's insert waits behind meanwhile; a day it cannot have now is
   -- left to the next call.
-  for v_day in
-    select c.oid::regclass as part
-      from pg_partition_tree('pyjobq.job_history') t
-      join pg_class c on c.oid = t.relid
-     where t.isleaf
-       and c.relname ~ '^job_history_[0-9]{8}$'
-       and (to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp <= v_cutoff
-     order by c.relname
-  loop
+  for v_day in select d.part from pyjobq._history_days_by(v_cutoff) d loop
     execute format('select exists (select from %s h'
                    '                 join pyjobq.job_edge e on e.parent_id = h.job_id'
                    '                 join pyjobq.job c on c.job_id = e.child_id'
@@ -6309,7 +6322,8 @@ begin
   get diagnostics v_lines = row_count;
   perform pyjobq._audit('prune', v_deleted,
                         jsonb_build_object('older_than', p_older_than, 'limit', v_limit, 'days_dropped', v_dropped)
-                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end);
+                        || case when v_lines > 0 then jsonb_build_object('audit_lines', v_lines) else '{}' end,
+                        v_deleted > 0 or v_lines > 0);
   -- A rate window with no claim for longer than any period (a day at most)
   -- counts nothing; an hour more leaves a claim that started before it alone.
   delete from pyjobq.rate_window w
@@ -6353,14 +6367,10 @@ begin
   perform pyjobq._check_older_than(p_older_than);
   v_cutoff := pyjobq.clock_now() - p_older_than;
   -- The partitions job_prune would drop whole: those whose day ended by the cutoff.
-  select count(*), coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint, count(*) filter (where c.reltuples < 0),
-         max((to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp)
+  select count(*), coalesce(sum(greatest(d.estimated_rows, 0)), 0)::bigint,
+         count(*) filter (where d.estimated_rows < 0), max(d.day_end)
     into v_whole_days, v_estimated, v_unanalyzed, v_whole_until
-    from pg_partition_tree('pyjobq.job_history') t
-    join pg_class c on c.oid = t.relid
-   where t.isleaf
-     and c.relname ~ '^job_history_[0-9]{8}$'
-     and (to_date(substr(c.relname, 13), 'YYYYMMDD') + 1)::timestamp <= v_cutoff;
+    from pyjobq._history_days_by(v_cutoff) d;
   if v_whole_days = 0 or v_unanalyzed > 0 then
     return query select count(*), true from pyjobq.job_history h where h.updated_at < v_cutoff;
     return;

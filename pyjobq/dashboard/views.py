@@ -250,9 +250,9 @@ async def bulk_preview(request: Request) -> Response:
         preview = await bulk.preview(board.queue, action, JobFilter.parse(request.query_params))
     except (BadFilter, bulk.BadAction, PyjobqError) as e:
         return problem(request, 400, str(e))
-    allowed = board.acts(f"job_{action}")
-    key = board.previews.keep(preview) if allowed and preview.count else None
-    return render(request, "preview.html", preview=preview, allowed=allowed, key=key, cap=bulk.CAP)
+    allowed = board.acts(f"job_{action}") and preview.count > 0
+    key = board.previews.keep(preview) if allowed else None
+    return render(request, "preview.html", preview=preview, key=key, cap=bulk.CAP)
 
 
 async def bulk_run(request: Request) -> Response:

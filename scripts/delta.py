@@ -25,7 +25,12 @@ def definition(name: str) -> str:
     start = SCHEMA.find(f"create function pyjobq.{name}(")
     if start < 0:
         raise SystemExit(f"delta: no function pyjobq.{name} in sql/pyjobq.sql")
-    end = SCHEMA.index("$$;\n", SCHEMA.index("as $$", start)) + len("$$;\n")
+    dollar = SCHEMA.find("\nas $$", start)
+    atomic = SCHEMA.find("\nbegin atomic\n", start)
+    if atomic >= 0 and (dollar < 0 or atomic < dollar):  # a body in standard SQL
+        end = SCHEMA.index("\nend;\n", atomic) + len("\nend;\n")
+    else:
+        end = SCHEMA.index("$$;\n", dollar) + len("$$;\n")
     comment = SCHEMA.index(f"comment on function pyjobq.{name}(", end)
     comment_end = SCHEMA.index("';\n", comment) + len("';\n")
     created = SCHEMA[start:end].replace("create function", "create or replace function", 1)

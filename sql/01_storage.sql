@@ -16,7 +16,8 @@
 --   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
---   job_fail                         -> PENDING again after a backoff, or DEAD (4)
+--   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
+--   job_finish_many                  -> each attempt DONE, failed or DEAD, in one call (a worker's flush)
 --   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
@@ -139,7 +140,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 32
+  select 33
 $$;
 
 comment on function pyjobq.schema_version() is

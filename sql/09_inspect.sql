@@ -395,6 +395,7 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_locked uuid[];
   v_cancelled uuid[];
   v_running uuid[];
 begin
@@ -420,32 +421,23 @@ begin
    order by k.job_id
      for no key update;
   perform pyjobq._lock_reach(p_job_ids, true);
-  with locked as materialized (
-    select k.job_id, k.status
-      from pyjobq.job k
-     where k.job_id = any (p_job_ids)
-     order by k.status = 6, k.job_id
-       for no key update
-  ), cancelled as (
-    delete from pyjobq.job j
-     using locked l
-     where j.job_id = l.job_id
-    returning j as ended, j.job_id, j.status, coalesce(j.last_error, 'cancelled') as error,
-              j.has_dependants or j.batch_id is not null as followed
-  ), ended as (
-    -- One row (an aggregate): the rows go to the history, one line is written
-    -- to the audit log, and the ends of the cancelled jobs are followed up
-    -- once, together, after the history has them.
-    select pyjobq._to_history(array_agg(c.ended), 5::smallint, v_now, null, array_agg(c.error)),
-           pyjobq._audit('cancel', count(*),
-                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           case when bool_or(c.followed)
-                then pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now) end,
-           coalesce(array_agg(c.job_id), '{}') as ids,
-           coalesce(array_agg(c.job_id) filter (where c.status = 2), '{}') as running
-      from cancelled c
-  )
-  select e.ids, e.running into v_cancelled, v_running from ended e;
+  select array_agg(k.job_id order by k.status = 6, k.job_id),
+         coalesce(array_agg(k.job_id) filter (where k.status = 2), '{}')
+    into v_locked, v_running
+    from (select k.job_id, k.status
+            from pyjobq.job k
+           where k.job_id = any (p_job_ids)
+           order by k.status = 6, k.job_id
+             for no key update) k;
+  select coalesce(array_agg(f.job_id), '{}')
+    into v_cancelled
+    from pyjobq._finish(null,
+                        array(select row(c.id, null, null, 'cancelled', null, null, null)::pyjobq.job_end
+                                from unnest(v_locked) as c(id)),
+                        v_now, '{}') f;
+  -- One line in the audit log for the call.
+  perform pyjobq._audit('cancel', cardinality(v_cancelled),
+                        jsonb_build_object('job_ids', (array(select c from unnest(v_cancelled) c order by c))[1:100]));
   -- The others, as they are now (one that ended while this call waited for
   -- its row is in the history by now).
   return query

@@ -15,18 +15,18 @@
 -- cutoff in the others (the day the cutoff falls in, the default partition).
 
 -- The end of jobs: p_rows, just deleted from pyjobq.job by the caller (which
--- checked that it may end them), go to job_history as p_status at p_now,
--- each with its result, last error and waiting_on from p_results, p_errors
--- and p_waiting where those are given (null arrays: kept), without their
--- lease, and without their worker when p_clear_worker.
+-- checked that it may end them), go to job_history as ended at p_now, each
+-- with its status from p_statuses and its result, last error, worker and
+-- waiting_on from p_results, p_errors, p_workers and p_waiting where those
+-- are given (null arrays: kept), without their lease.
 create function pyjobq._to_history(
   p_rows pyjobq.job[],
-  p_status smallint,
+  p_statuses smallint[],
   p_now timestamptz,
   p_results jsonb[] default null,
   p_errors text[] default null,
-  p_waiting int[] default null,
-  p_clear_worker boolean default false
+  p_workers text[] default null,
+  p_waiting int[] default null
 )
 returns void
 language plpgsql
@@ -39,10 +39,10 @@ begin
      lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
      notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
      has_dependants, batch_id)
-  select r.job_id, r.job_type, p_status, r.priority, r.payload,
+  select r.job_id, r.job_type, p_statuses[r.ordinality], r.priority, r.payload,
          case when p_results is null then r.result else p_results[r.ordinality] end,
          r.dedupe_key, r.attempts, r.max_attempts, r.run_after, null,
-         case when not p_clear_worker then r.worker_id end, r.run_started_at,
+         case when p_workers is null then r.worker_id else p_workers[r.ordinality] end, r.run_started_at,
          case when p_errors is null then r.last_error else p_errors[r.ordinality] end,
          r.created_at, p_now, r.seq, r.attempts_refunded, r.notify_done, r.lease_token, r.concurrency_key,
          r.fair_rank, r.metadata,
@@ -52,10 +52,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._to_history(pyjobq.job[], smallint, timestamptz, jsonb[], text[], int[], boolean) is
-  'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended p_status at p_now, with '
-  'p_results, p_errors and p_waiting (position by position) where given, and without the worker when '
-  'p_clear_worker.';
+comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], text[], int[]) is
+  'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
+  'status, and the result, error, worker and waiting count (where those arrays are given) at its position.';
 
 -- The partition of day p_day, made if it is missing: created alone, given
 -- the rows the default partition holds for its day, then attached, while

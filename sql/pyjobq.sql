@@ -7,6 +7,7 @@
 --   06_limits.sql
 --   07_limited_claim.sql
 --   08_finish.sql
+--   08_leases.sql
 --   09_inspect.sql
 --   10_operations.sql
 --   11_schedules.sql
@@ -34,7 +35,8 @@
 --   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
---   job_fail                         -> PENDING again after a backoff, or DEAD (4)
+--   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
+--   job_finish_many                  -> each attempt DONE, failed or DEAD, in one call (a worker's flush)
 --   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
@@ -157,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 32
+  select 33
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2997,6 +2999,373 @@ comment on function pyjobq._count_down(jsonb, text, text) is
 
 -- Finish ----------------------------------------------------------------------
 
+-- Every attempt leaves RUNNING through _finish, whoever ends it and however:
+-- job_complete(_many), job_fail(_many) and job_finish_many for its holder,
+-- job_release(_many) when the holder gives it back, job_reap when its lease
+-- ran out, job_cancel from outside. Each names the attempts it ends and how
+-- (pyjobq.job_end); _finish tests holding once, moves the rows in one
+-- statement and follows their ends up once: the history, the finish counts,
+-- dependants and batches, the announcement of retries.
+
+create type pyjobq.job_end as (
+  job_id uuid,
+  attempt int,
+  lease_token uuid,
+  outcome text,
+  result jsonb,
+  error text,
+  delay interval
+);
+
+comment on type pyjobq.job_end is
+  'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
+  'when null), the outcome (done, failed, dead, released, expired or cancelled), the result of a done attempt, '
+  'the error of a failed one and the delay before its retry (null: the type''s backoff).';
+
+-- The one test of holding: job row p_job is RUNNING attempt p_attempt of
+-- worker p_worker_id (of any worker when null: the reaper) with lease token
+-- p_lease_token (any when null), of a type the caller may work. A body in
+-- standard SQL, bound when created, so that it is inlined into the
+-- statements that test each row.
+create function pyjobq._holds(p_job pyjobq.job, p_worker_id text, p_attempt int, p_lease_token uuid,
+                              p_denied smallint[])
+returns boolean
+language sql
+immutable
+begin atomic
+  select p_job.status = 2
+     and (p_job.worker_id = p_worker_id or p_worker_id is null)
+     and p_job.attempts = p_attempt
+     and (p_job.lease_token = p_lease_token or p_lease_token is null)
+     and p_job.job_type <> all (p_denied);
+end;
+
+comment on function pyjobq._holds(pyjobq.job, text, int, uuid, smallint[]) is
+  'True when job row p_job is RUNNING attempt p_attempt of p_worker_id (any worker when null) with lease token '
+  'p_lease_token (any when null), of a type outside p_denied.';
+
+-- Where outcome p_outcome takes the RUNNING job p_job: 3 DONE, 4 DEAD, 5
+-- CANCELLED, or 1 PENDING again for a failure or an expired lease with tries
+-- left, and for a release (which gives its try back) unless its claim
+-- counter is spent.
+create function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
+returns smallint
+language sql
+immutable
+begin atomic
+  select case p_outcome
+           when 'done' then 3
+           when 'dead' then 4
+           when 'cancelled' then 5
+           else case when pyjobq._tries_left(p_job.attempts,
+                                             p_job.attempts_refunded + (p_outcome = 'released')::int,
+                                             p_job.max_attempts) > 0
+                     then 1 else 4 end
+         end::smallint;
+end;
+
+comment on function pyjobq._end_status(pyjobq.job, text) is
+  'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
+  'failed, expired and released 1 (PENDING) with tries left, else 4.';
+
+-- The status in which the attempt p_attempt of worker p_worker_id (with
+-- lease token p_lease_token, any when null) ended job p_job_id, if it did:
+-- a retried call whose first reply was lost learns what its first call did.
+create function pyjobq._ended_by(p_job_id uuid, p_worker_id text, p_attempt int, p_lease_token uuid,
+                                 p_denied smallint[])
+returns smallint
+language sql
+stable
+begin atomic
+  select k.status
+    from pyjobq.job_history k
+   where k.job_id = p_job_id
+     and k.job_type <> all (p_denied)
+     and k.worker_id = p_worker_id
+     and k.attempts = p_attempt
+     and (k.lease_token = p_lease_token or p_lease_token is null);
+end;
+
+comment on function pyjobq._ended_by(uuid, text, int, uuid, smallint[]) is
+  'The status (DONE, DEAD or CANCELLED) in which attempt p_attempt of p_worker_id, with lease token '
+  'p_lease_token (any when null), ended job p_job_id of a type outside p_denied; null if it did not.';
+
+create function pyjobq._finish(p_worker_id text, p_ends pyjobq.job_end[], p_now timestamptz,
+                               p_denied smallint[])
+returns table (ord int, job_id uuid, attempt int, job_type smallint, status smallint, run_after timestamptz)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+-- One statement for the batch, its plan pinned: input rows on the outside, each
+-- job found by its primary key (the only index the predicates allow),
+-- whatever the statistics say. The penalties of the disabled methods would
+-- otherwise tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
+as $$
+declare
+  v_moved record;
+begin
+  with input as (
+    -- An attempt named twice ends once, as its first mention says.
+    select distinct on (e.job_id, e.attempt) e.*
+      from unnest(p_ends) with ordinality as e(job_id, attempt, lease_token, outcome, result, error, delay, ord)
+     order by e.job_id, e.attempt, e.ord
+  ), ended as (
+    delete from pyjobq.job j
+     using input i
+     where j.job_id = i.job_id
+       and (i.outcome = 'cancelled' or pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied))
+       and pyjobq._end_status(j, i.outcome) <> 1
+    returning i.ord, j as row, pyjobq._end_status(j, i.outcome) as status, i.outcome,
+              case when i.outcome = 'done' then i.result else j.result end as result,
+              case i.outcome
+                when 'done' then j.last_error
+                when 'cancelled' then coalesce(j.last_error, 'cancelled')
+                when 'released' then 'released with its claim counter spent (32767 claims)'
+                else left(i.error, 10000)
+              end as error,
+              -- The worker that lost its lease is not the one that ended the
+              -- job: it gets JQ001 (lease_lost) later, never JQ003.
+              case when i.outcome <> 'expired' then j.worker_id end as worker_id
+  ), retried as (
+    update pyjobq.job j
+       set status = 1,
+           -- A release puts the job back at its old place in the queue, before
+           -- claim fronts, and gives its try back; a failure waits its backoff.
+           run_after = case when i.outcome = 'released' then pyjobq._pending_from(j.run_after, p_now, false)
+                            else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, i.delay, p_now)
+                       end,
+           attempts_refunded = j.attempts_refunded + (i.outcome = 'released')::int,
+           last_error = case when i.outcome = 'released' then j.last_error else left(i.error, 10000) end,
+           worker_id = null,
+           lease_until = null,
+           updated_at = p_now
+      from input i
+     where i.outcome in ('failed', 'expired', 'released')
+       and j.job_id = i.job_id
+       and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
+       and pyjobq._end_status(j, i.outcome) = 1
+    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
+  ), moved as (
+    select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
+           true as ends, d.row, d.result, d.error, d.worker_id,
+           (d.row).has_dependants or (d.row).batch_id is not null as followed
+      from ended d
+    union all
+    select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
+           false, null, null, null, null, false
+      from retried r
+  )
+  select array_agg(m.ord::int) as ords, array_agg(m.job_id) as ids, array_agg(m.attempts::int) as attempts,
+         array_agg(m.job_type) as types, array_agg(m.status) as statuses, array_agg(m.run_after) as due,
+         array_agg(m.row) filter (where m.ends) as rows,
+         array_agg(m.status) filter (where m.ends) as end_statuses,
+         array_agg(m.result) filter (where m.ends) as results,
+         array_agg(m.error) filter (where m.ends) as errors,
+         array_agg(m.worker_id) filter (where m.ends) as workers,
+         array_agg(m.job_id) filter (where m.followed) as followed,
+         -- Counted in job_stat: what a holder or the reaper ended or failed,
+         -- and a release only when it made the job DEAD.
+         array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
+                                         and (m.outcome <> 'released' or m.status = 4)) as counted_types,
+         array_agg(m.status) filter (where m.outcome <> 'cancelled'
+                                       and (m.outcome <> 'released' or m.status = 4)) as counted
+    into v_moved
+    from moved m;
+
+  if v_moved.rows is not null then
+    perform pyjobq._to_history(v_moved.rows, v_moved.end_statuses, p_now, v_moved.results, v_moved.errors,
+                               v_moved.workers);
+  end if;
+  if v_moved.counted is not null then
+    perform pyjobq._stat_add(p_now, p_worker_id, v_moved.counted_types, v_moved.counted);
+  end if;
+  -- After the rows are in the history, where the follow-up reads them.
+  if v_moved.followed is not null then
+    perform pyjobq._ended(v_moved.followed, p_now);
+  end if;
+  -- A retry is announced like a new job, once per type: idle workers learn
+  -- when the first is due.
+  perform pyjobq._announce(r.job_type, min(r.run_after), p_now)
+     from unnest(v_moved.types, v_moved.statuses, v_moved.due) as r(job_type, status, run_after)
+    where r.status = 1
+    group by r.job_type;
+  return query
+  select *
+    from unnest(v_moved.ords, v_moved.ids, v_moved.attempts, v_moved.types, v_moved.statuses, v_moved.due);
+end;
+$$;
+
+comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint[]) is
+  'Ends the attempts p_ends that p_worker_id (any worker when null) holds, of types outside p_denied, as their '
+  'outcomes say (a cancelled one whatever its status): DONE, DEAD or CANCELLED into the history, or PENDING '
+  'again; counts them in job_stat, follows up dependants and batches, announces retries. Returns one row per '
+  'attempt it moved, with its position in p_ends and its new status.';
+
+create function pyjobq.job_finish_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_outcomes text[],
+  p_results jsonb[] default null,
+  p_errors text[] default null,
+  p_retry_delays_seconds double precision[] default null,
+  p_lease_tokens uuid[] default null
+)
+returns table (job_id uuid, status int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_denied smallint[] := pyjobq._denied_types('work');
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_bad int;
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_outcomes := pyjobq._check_array('p_outcomes', p_outcomes);
+  p_results := pyjobq._check_array('p_results', p_results);
+  p_errors := pyjobq._check_array('p_errors', p_errors);
+  p_retry_delays_seconds := pyjobq._check_array('p_retry_delays_seconds', p_retry_delays_seconds);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_same_length('p_outcomes', coalesce(cardinality(p_outcomes), 0), v_count);
+  -- Null: none given; else one, possibly null, per job.
+  if p_results is not null then
+    perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
+  end if;
+  if p_errors is not null then
+    perform pyjobq._check_same_length('p_errors', cardinality(p_errors), v_count);
+  end if;
+  if p_retry_delays_seconds is not null then
+    perform pyjobq._check_same_length('p_retry_delays_seconds', cardinality(p_retry_delays_seconds), v_count);
+  end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+  v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead') from unnest(p_outcomes) o),
+                          false);
+  if v_bad is not null then
+    raise exception 'p_outcomes[%] must be done, failed or dead', v_bad
+      using errcode = '22023',
+            detail = format('p_outcomes[%s] was %s.', v_bad, coalesce(quote_literal(p_outcomes[v_bad]), 'null')),
+            hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it.';
+  end if;
+  v_bad := array_position(array(select d is null or d between 0 and 31536000
+                                  from unnest(p_retry_delays_seconds) d), false);
+  if v_bad is not null then
+    raise exception 'p_retry_delays_seconds[%] must be between 0 and 31536000', v_bad
+      using errcode = '22023',
+            detail = format('p_retry_delays_seconds[%s] was %s.', v_bad, p_retry_delays_seconds[v_bad]),
+            hint = 'Leave it null for the default exponential backoff.';
+  end if;
+
+  return query
+  with finished as materialized (
+    select f.job_id, f.attempt, f.status, f.run_after
+      from pyjobq._finish(p_worker_id,
+                          array(select row(u.id, u.attempt, u.token, u.outcome, u.result, u.error,
+                                           make_interval(secs => u.delay))::pyjobq.job_end
+                                  from unnest(p_job_ids, p_attempts, p_lease_tokens, p_outcomes, p_results,
+                                              p_errors, p_retry_delays_seconds)
+                                       with ordinality as u(id, attempt, token, outcome, result, error, delay, ord)
+                                 order by u.ord),
+                          v_now, v_denied) f
+  )
+  -- An attempt this holder ended before (a retried call whose first reply was
+  -- lost) is reported as it ended then, and stays as it is.
+  select i.id,
+         coalesce(f.status, pyjobq._ended_by(i.id, p_worker_id, i.attempt, i.token, v_denied))::int,
+         f.run_after
+    from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as i(id, attempt, token, ord)
+    left join finished f on f.job_id = i.id and f.attempt = i.attempt
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_finish_many(text, uuid[], int[], text[], jsonb[], text[], double precision[], uuid[]) is
+  'Ends up to 10000 attempts that p_worker_id holds, each with the lease token at its position in '
+  'p_lease_tokens, as the outcome at its position in p_outcomes says: done (DONE with its p_results element), '
+  'failed (its p_errors element, truncated to 10000 characters, as last_error; PENDING again after its '
+  'p_retry_delays_seconds element (0..31536000) or the type''s backoff while tries are left, else DEAD) or dead '
+  '(DEAD at once). Returns every input job id in input order with its new status (1 PENDING, 3 DONE, 4 DEAD) and '
+  'run_after, or a null status for a job no longer held (left unchanged); an attempt this holder already ended '
+  '(retrying after a lost reply is safe) is reported with the status it ended in. A retry notifies pyjobq_job '
+  'as job_enqueue does.';
+
+create function pyjobq.job_complete_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_results jsonb[] default null,
+  p_lease_tokens uuid[] default null
+)
+returns table (job_id uuid, completed boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return query
+  select f.job_id, coalesce(f.status = 3, false)
+    from pyjobq.job_finish_many(p_worker_id, p_job_ids, p_attempts,
+                                array_fill('done'::text, array[coalesce(cardinality(p_job_ids), 0)]),
+                                p_results, null, null, p_lease_tokens) f;
+end;
+$$;
+
+comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]) is
+  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, becomes DONE. '
+  'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
+  'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
+
+create function pyjobq.job_fail_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_errors text[] default null,
+  p_retry_delays_seconds double precision[] default null,
+  p_dead_letters boolean[] default null,
+  p_lease_tokens uuid[] default null
+)
+returns table (job_id uuid, status int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_dead_letters := pyjobq._check_array('p_dead_letters', p_dead_letters);
+  if p_dead_letters is not null then
+    perform pyjobq._check_same_length('p_dead_letters', cardinality(p_dead_letters), v_count);
+  end if;
+  return query
+  select f.job_id, f.status, f.run_after
+    from pyjobq.job_finish_many(p_worker_id, p_job_ids, p_attempts,
+                                array(select case when coalesce(p_dead_letters[i], false) then 'dead' else 'failed' end
+                                        from generate_series(1, v_count) i),
+                                null, p_errors, p_retry_delays_seconds, p_lease_tokens) f;
+end;
+$$;
+
+comment on function pyjobq.job_fail_many(text, uuid[], int[], text[], double precision[], boolean[], uuid[]) is
+  'job_fail for up to 10000 attempts in one call, each with the error, retry delay (0..31536000 seconds, null: '
+  'the type''s backoff), dead letter flag and lease token at its position. Returns every input job id in input '
+  'order with its new status (1 PENDING, 4 DEAD) and run_after, or a null status for a job no longer held (left '
+  'unchanged); an attempt this holder already made DEAD is reported DEAD.';
+
 create function pyjobq.job_complete(
   p_job_id uuid,
   p_worker_id text,
@@ -3011,29 +3380,16 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_denied smallint[] := pyjobq._denied_types('work');
-  v_row pyjobq.job;
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
   perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
-  delete from pyjobq.job j
-   where j.job_id = p_job_id
-     and j.status = 2
-     and j.worker_id = p_worker_id
-     and j.job_type <> all (v_denied)
-     and j.attempts = p_attempt
-     and (j.lease_token = p_lease_token or p_lease_token is null)
-  returning j.* into v_row;
-  if not found then
+  if not exists (select
+                   from pyjobq._finish(p_worker_id,
+                                       array[row(p_job_id, p_attempt, p_lease_token, 'done', p_result, null,
+                                                 null)::pyjobq.job_end],
+                                       pyjobq.clock_now(), pyjobq._denied_types('work'))) then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
-  end if;
-  perform pyjobq._to_history(array[v_row], 3::smallint, v_now, array[p_result]);
-  perform pyjobq._stat_add(v_now, p_worker_id, array[v_row.job_type], array[3::smallint]);
-  if v_row.has_dependants or v_row.batch_id is not null then
-    perform pyjobq._ended(array[p_job_id], v_now);
   end if;
 end;
 $$;
@@ -3043,101 +3399,6 @@ comment on function pyjobq.job_complete(uuid, text, int, jsonb, uuid) is
   'lease token p_lease_token; otherwise raises JQ001 lease_lost, JQ002 job_not_found or JQ003 '
   'job_already_finished and changes nothing. Without p_lease_token: 22004, unless the caller owns the schema '
   'or job_settings accepts such calls.';
-
-create function pyjobq.job_complete_many(
-  p_worker_id text,
-  p_job_ids uuid[],
-  p_attempts int[],
-  p_results jsonb[] default null,
-  p_lease_tokens uuid[] default null
-)
-returns table (job_id uuid, completed boolean)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-set lock_timeout = '5s'
--- One statement for the batch, its plan pinned: input rows on the outside, each
--- job found by its primary key (the only index the update's predicate allows),
--- whatever the statistics say. The penalties of the disabled methods would
--- otherwise tip the plan into JIT compilation.
-set enable_seqscan = off
-set enable_bitmapscan = off
-set enable_hashjoin = off
-set enable_mergejoin = off
-set jit = off
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_denied smallint[] := pyjobq._denied_types('work');
-  v_count int := coalesce(cardinality(p_job_ids), 0);
-begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_results := pyjobq._check_array('p_results', p_results);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  if p_results is not null then  -- null: no results; else one, possibly null, per job
-    perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
-  end if;
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-
-  return query
-  with input as (
-    select u.id, u.attempt, u.result, u.token, u.ord
-      from unnest(p_job_ids, p_attempts, p_results, p_lease_tokens)
-           with ordinality as u(id, attempt, result, token, ord)
-  ), first_mention as (
-    -- A job listed twice is completed once, with the result of its first mention.
-    select distinct on (i.id, i.attempt) i.id, i.attempt, i.result, i.token
-      from input i
-     order by i.id, i.attempt, i.ord
-  ), done as (
-    delete from pyjobq.job j
-     using first_mention f
-     where j.job_id = f.id
-       and j.status = 2
-       and j.worker_id = p_worker_id
-       and j.job_type <> all (v_denied)
-       and j.attempts = f.attempt
-       and (j.lease_token = f.token or f.token is null)
-    returning j as ended, f.result, j.job_id, j.attempts, j.job_type,
-              j.has_dependants or j.batch_id is not null as followed
-  ), counted as (
-    -- One row (an aggregate), so the cross join below records the batch once,
-    -- and follows up the ends of parents and batch members together (none: no
-    -- call), after the rows are in the history, where the follow-up reads them.
-    select pyjobq._to_history(array_agg(d.ended), 3::smallint, v_now, array_agg(d.result)),
-           pyjobq._stat_add(v_now, p_worker_id, array_agg(d.job_type), array_agg(3::smallint)),
-           case when bool_or(d.followed)
-                then pyjobq._ended(array_agg(d.job_id) filter (where d.followed), v_now) end
-      from done d
-  )
-  -- A job this very attempt completed before (a retried call whose first reply
-  -- was lost) counts as completed: the result stored then stays.
-  select i.id,
-         case when (i.id, i.attempt) in (select d.job_id, d.attempts from done d) then true
-              else exists (select from pyjobq.job_history k
-                            where k.job_id = i.id
-                              and k.job_type <> all (v_denied)
-                              and k.status = 3
-                              and k.worker_id = p_worker_id
-                              and k.attempts = i.attempt
-                              and (k.lease_token = i.token or i.token is null))
-         end
-    from input i
-   cross join counted
-   order by i.ord;
-end;
-$$;
-
-comment on function pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[]) is
-  'job_complete for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
-  'token at its position in p_lease_tokens, becomes DONE. '
-  'Returns every input job id with completed = true when that attempt is DONE (now, or by an earlier call of '
-  'the same holder: retrying after a lost reply is safe) and false for those no longer held (left unchanged).';
 
 create function pyjobq.job_fail(
   p_job_id uuid,
@@ -3155,74 +3416,25 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_denied smallint[] := pyjobq._denied_types('work');
-  v_dead_letter boolean := coalesce(p_dead_letter, false);
-  v_delay interval;
-  v_job_type int;
-  v_ended pyjobq.job[];
 begin
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
   perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
-  if p_retry_delay_seconds is not null then
-    if not (p_retry_delay_seconds between 0 and 31536000) then
-      raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
-        using errcode = '22023',
-              detail = format('p_retry_delay_seconds was %s.', p_retry_delay_seconds),
-              hint = 'Leave it out for the default exponential backoff.';
-    end if;
-    v_delay := make_interval(secs => p_retry_delay_seconds);
+  if not (p_retry_delay_seconds between 0 and 31536000) then
+    raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
+      using errcode = '22023',
+            detail = format('p_retry_delay_seconds was %s.', p_retry_delay_seconds),
+            hint = 'Leave it out for the default exponential backoff.';
   end if;
-
-  -- The attempt, if the caller holds it, in one statement: with tries left,
-  -- PENDING again after the backoff; else DEAD, its row into the history.
-  with held as materialized (
-    select j.job_id,
-           v_dead_letter or pyjobq._tries_left(j.attempts, j.attempts_refunded, j.max_attempts) <= 0 as dies
-      from pyjobq.job j
-     where j.job_id = p_job_id
-       and j.status = 2
-       and j.worker_id = p_worker_id
-       and j.job_type <> all (v_denied)
-       and j.attempts = p_attempt
-       and (j.lease_token = p_lease_token or p_lease_token is null)
-       for update
-  ), retried as (
-    update pyjobq.job j
-       set status = 1,
-           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, v_delay, v_now),
-           worker_id = null,
-           lease_until = null,
-           last_error = left(p_error, 10000),
-           updated_at = v_now
-      from held h
-     where j.job_id = h.job_id
-       and not h.dies
-    returning j.status::int, j.run_after, j.job_type::int, null::pyjobq.job[] as ended
-  ), died as (
-    delete from pyjobq.job j
-     using held h
-     where j.job_id = h.job_id
-       and h.dies
-    returning 4, j.run_after, j.job_type::int, array[j] as ended
-  )
-  select x.* into status, run_after, v_job_type, v_ended
-    from (select * from retried union all select * from died) x;
+  select f.status, f.run_after
+    into status, run_after
+    from pyjobq._finish(p_worker_id,
+                        array[row(p_job_id, p_attempt, p_lease_token,
+                                  case when p_dead_letter then 'dead' else 'failed' end, null, p_error,
+                                  make_interval(secs => p_retry_delay_seconds))::pyjobq.job_end],
+                        pyjobq.clock_now(), pyjobq._denied_types('work')) f;
   if status is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
-  end if;
-  if status = 4 then
-    perform pyjobq._to_history(v_ended, 4::smallint, v_now, null, array[left(p_error, 10000)]);
-  end if;
-  perform pyjobq._stat_add(v_now, p_worker_id, array[v_job_type::smallint], array[status::smallint]);
-  if status = 4 and ((v_ended[1]).has_dependants or (v_ended[1]).batch_id is not null) then
-    perform pyjobq._ended(array[p_job_id], v_now);
-  end if;
-  -- The retry is announced like a new job: idle workers learn when it is due.
-  if status = 1 then
-    perform pyjobq._announce(v_job_type, run_after, v_now);
   end if;
   return next;
 end;
@@ -3234,6 +3446,145 @@ comment on function pyjobq.job_fail(uuid, text, int, text, double precision, boo
   '(0..31536000) or, by default, pyjobq.retry_backoff(attempt); with none left, or p_dead_letter, it is DEAD. '
   'Returns the new status and run_after; raises JQ001/JQ002/JQ003 like job_complete. A retry notifies '
   'pyjobq_job as job_enqueue does.';
+
+create function pyjobq.job_release_many(
+  p_worker_id text,
+  p_job_ids uuid[],
+  p_attempts int[],
+  p_lease_tokens uuid[] default null
+)
+returns table (job_id uuid, released boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_count int := coalesce(cardinality(p_job_ids), 0);
+begin
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+
+  -- The try is given back; the claim counter, the fencing token, is not: a
+  -- job whose counter is spent can never be claimed again, and is DEAD.
+  return query
+  with released as materialized (
+    select f.job_id, f.attempt
+      from pyjobq._finish(p_worker_id,
+                          array(select row(u.id, u.attempt, u.token, 'released', null, null, null)::pyjobq.job_end
+                                  from unnest(p_job_ids, p_attempts, p_lease_tokens)
+                                       with ordinality as u(id, attempt, token, ord)
+                                 order by u.ord),
+                          pyjobq.clock_now(), pyjobq._denied_types('work')) f
+  )
+  select i.id, exists (select from released r where r.job_id = i.id and r.attempt = i.attempt)
+    from unnest(p_job_ids, p_attempts) with ordinality as i(id, attempt, ord)
+   order by i.ord;
+end;
+$$;
+
+comment on function pyjobq.job_release_many(text, uuid[], int[], uuid[]) is
+  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
+  'token at its position in p_lease_tokens, is PENDING '
+  'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
+  'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
+  'unchanged).';
+
+create function pyjobq.job_release(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_token uuid default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  if not (select r.released
+            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
+                                         case when p_lease_token is not null then array[p_lease_token] end) r) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_release(uuid, text, int, uuid) is
+  'Gives attempt p_attempt of job p_job_id, held with lease token p_lease_token, back unused (e.g. a worker shutting down before starting it): '
+  'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
+  'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
+
+create function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_ids uuid[];
+  v_workers text[];
+  v_ends pyjobq.job_end[];
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The history's partitions for today and tomorrow (one catalog lookup
+  -- when they exist), first, while this call holds no row: a maintainer that
+  -- cannot have its locks at once leaves them to the next reap.
+  begin
+    perform pyjobq.job_history_maintain();
+  exception when lock_not_available then
+    null;
+  end;
+  -- The expired leases, locked: no completer or renewer can change them
+  -- before _finish ends them; those another session holds are skipped.
+  select array_agg(r.job_id), array_agg(r.worker_id::text),
+         array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
+                       format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
+                       null)::pyjobq.job_end)
+    into v_ids, v_workers, v_ends
+    from (select k.job_id, k.worker_id, k.attempts, k.lease_token
+            from pyjobq.job k
+           where k.status = 2
+             and k.lease_until < v_now
+           order by k.lease_until
+           limit v_limit
+             for update skip locked) r;
+  if v_ends is not null then
+    return query
+    select f.job_id, f.job_type::int, f.status::int, w.worker_id, f.attempt, f.run_after
+      from pyjobq._finish(null, v_ends, v_now, '{}') f
+      join unnest(v_ids, v_workers) as w(job_id, worker_id) on w.job_id = f.job_id;
+  end if;
+  -- Finish counts older than job_throughput and job_workers look back.
+  delete from pyjobq.job_stat s
+   where s.minute < v_now - interval '25 hours';
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
+  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
+  '(job_history_maintain).';
 
 -- Leases ----------------------------------------------------------------------
 
@@ -3288,22 +3639,12 @@ begin
      where j.job_id = f.id
        and t.job_type = j.job_type
        and j.run_started_at + make_interval(secs => t.timeout_seconds) > v_now
-       and j.status = 2
-       and j.worker_id = p_worker_id
-       and j.job_type <> all (v_denied)
-       and j.attempts = f.attempt
-       and (j.lease_token = f.token or f.token is null)
+       and pyjobq._holds(j, p_worker_id, f.attempt, f.token, v_denied)
     returning j.job_id, j.attempts, j.lease_until
   )
   select i.id, r.job_id is not null, r.lease_until,
          -- cancelled while this holder had it: stop the handler
-         r.job_id is null and exists (select from pyjobq.job_history k
-                                       where k.job_id = i.id
-                                         and k.job_type <> all (v_denied)
-                                         and k.status = 5
-                                         and k.worker_id = p_worker_id
-                                         and k.attempts = i.attempt
-                                         and (k.lease_token = i.token or i.token is null))
+         r.job_id is null and pyjobq._ended_by(i.id, p_worker_id, i.attempt, i.token, v_denied) is not distinct from 5
     from input i
     left join renewed r on r.job_id = i.id and r.attempts = i.attempt
    order by i.ord;
@@ -3354,220 +3695,6 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
   'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
-
-create function pyjobq.job_release_many(
-  p_worker_id text,
-  p_job_ids uuid[],
-  p_attempts int[],
-  p_lease_tokens uuid[] default null
-)
-returns table (job_id uuid, released boolean)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-set lock_timeout = '5s'
-set enable_seqscan = off
-set enable_bitmapscan = off
-set enable_hashjoin = off
-set enable_mergejoin = off
-set jit = off
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_denied smallint[] := pyjobq._denied_types('work');
-  v_count int := coalesce(cardinality(p_job_ids), 0);
-begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-
-  return query
-    with input as (
-      select u.id, u.attempt, u.token, u.ord
-        from unnest(p_job_ids, p_attempts, p_lease_tokens) with ordinality as u(id, attempt, token, ord)
-    ), held as materialized (
-      -- The attempts the caller holds, locked. The try is given back; the claim
-      -- counter, the fencing token, is not: a job whose counter is spent can
-      -- never be claimed again, and is DEAD.
-      select j.job_id, j.attempts as attempt,
-             pyjobq._tries_left(j.attempts, j.attempts_refunded + 1, j.max_attempts) <= 0 as spent
-        from (select distinct i.id, i.attempt, i.token from input i) f
-        join pyjobq.job j on j.job_id = f.id
-       where j.status = 2
-         and j.worker_id = p_worker_id
-         and j.job_type <> all (v_denied)
-         and j.attempts = f.attempt
-         and (j.lease_token = f.token or f.token is null)
-         for update of j
-    ), given_back as (
-      update pyjobq.job j
-         set status = 1,
-             -- Back at its old place in the queue, before claim fronts.
-             run_after = pyjobq._pending_from(j.run_after, v_now, false),
-             attempts_refunded = j.attempts_refunded + 1,
-             worker_id = null,
-             lease_until = null,
-             updated_at = v_now
-        from held h
-       where j.job_id = h.job_id
-         and not h.spent
-      returning j.job_id
-    ), spent as (
-      delete from pyjobq.job j
-       using held h
-       where j.job_id = h.job_id
-         and h.spent
-      returning j as ended, j.job_id, j.has_dependants or j.batch_id is not null as followed
-    ), resolved as (
-      -- A job released DEAD ends: its end is followed up (one row, one call).
-      select pyjobq._to_history(array_agg(g.ended), 4::smallint, v_now, null,
-                                array_agg('released with its claim counter spent (32767 claims)'::text)),
-             case when bool_or(g.followed)
-                  then pyjobq._ended(array_agg(g.job_id) filter (where g.followed), v_now) end
-        from spent g
-    )
-    select i.id, (i.id, i.attempt) in (select h.job_id, h.attempt from held h)
-      from input i
-     cross join resolved
-     order by i.ord;
-end;
-$$;
-
-comment on function pyjobq.job_release_many(text, uuid[], int[], uuid[]) is
-  'job_release for up to 10000 jobs in one call: each job whose attempt p_worker_id still holds, with the lease '
-  'token at its position in p_lease_tokens, is PENDING '
-  'again at its old place in the queue, the try given back (attempts_refunded + 1; attempts, the fencing token, '
-  'stays). Returns every input job id, in input order, with released = false for a job no longer held (left '
-  'unchanged).';
-
-create function pyjobq.job_release(
-  p_job_id uuid,
-  p_worker_id text,
-  p_attempt int,
-  p_lease_token uuid default null
-)
-returns void
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-set lock_timeout = '5s'
-as $$
-begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
-  if not (select r.released
-            from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
-                                         case when p_lease_token is not null then array[p_lease_token] end) r) then
-    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
-  end if;
-end;
-$$;
-
-comment on function pyjobq.job_release(uuid, text, int, uuid) is
-  'Gives attempt p_attempt of job p_job_id, held with lease token p_lease_token, back unused (e.g. a worker shutting down before starting it): '
-  'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
-  'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
-
-create function pyjobq.job_reap(p_limit int default null)
-returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
--- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
-set enable_sort = off
-set jit = off
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 1000);
-begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  -- The history's partitions for today and tomorrow (one catalog lookup
-  -- when they exist), first, while this call holds no row: a maintainer that
-  -- cannot have its locks at once leaves them to the next reap.
-  begin
-    perform pyjobq.job_history_maintain();
-  exception when lock_not_available then
-    null;
-  end;
-  -- The expiry test is repeated in the UPDATE: a row that a completer or a
-  -- renewer changed after this statement's snapshot is re-checked on its
-  -- newest version, so a reaper never overwrites a finished or renewed job.
-  return query
-  with picked as materialized (
-    select r.job_id, r.worker_id, r.attempts,
-           pyjobq._tries_left(r.attempts, r.attempts_refunded, r.max_attempts) <= 0 as dies,
-           format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts) as error
-      from pyjobq.job r
-     where r.status = 2
-       and r.lease_until < v_now
-     order by r.lease_until
-     limit v_limit
-       for update skip locked
-  ),
-  retried as (
-    update pyjobq.job j
-       set status = 1,
-           run_after = pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, null, v_now),
-           worker_id = null,
-           last_error = p.error,
-           lease_until = null,
-           updated_at = v_now
-      from picked p
-     where j.job_id = p.job_id
-       and j.status = 2
-       and j.lease_until < v_now
-       and not p.dies
-    returning j.job_id, j.job_type, j.status, j.run_after
-  ), died as (
-    -- The worker is cleared even for DEAD: the worker that lost the lease gets
-    -- JQ001 (lease_lost), never JQ003, which means "your attempt finished it".
-    delete from pyjobq.job j
-     using picked p
-     where j.job_id = p.job_id
-       and j.status = 2
-       and j.lease_until < v_now
-       and p.dies
-    returning j as ended, j.job_id, j.job_type, 4::smallint as status, j.run_after, p.error,
-              j.has_dependants or j.batch_id is not null as followed
-  ), reaped as (
-    select r.job_id, r.job_type, r.status, r.run_after from retried r
-    union all
-    select d.job_id, d.job_type, d.status, d.run_after from died d
-  ), counted as (
-    select pyjobq._to_history((select array_agg(d.ended) from died d), 4::smallint, v_now, null,
-                              (select array_agg(d.error) from died d), null, true),
-           pyjobq._stat_add(v_now, null, array_agg(r.job_type), array_agg(r.status)),
-           (select case when count(*) > 0 then pyjobq._ended(array_agg(d.job_id), v_now) end
-              from died d
-             where d.followed)
-      from reaped r
-  )
-  select r.job_id, r.job_type::int, r.status::int, p.worker_id::text, p.attempts::int, r.run_after
-    from reaped r
-    join picked p on p.job_id = r.job_id
-   cross join counted;
-  -- Finish counts older than job_throughput and job_workers look back.
-  delete from pyjobq.job_stat s
-   where s.minute < v_now - interval '25 hours';
-end;
-$$;
-
-comment on function pyjobq.job_reap(int) is
-  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
-  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
-  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
-  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
-  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
-  '(job_history_maintain).';
 
 -- Inspection ------------------------------------------------------------------
 --
@@ -3966,6 +4093,7 @@ as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
   v_count int := coalesce(cardinality(p_job_ids), 0);
+  v_locked uuid[];
   v_cancelled uuid[];
   v_running uuid[];
 begin
@@ -3991,32 +4119,23 @@ begin
    order by k.job_id
      for no key update;
   perform pyjobq._lock_reach(p_job_ids, true);
-  with locked as materialized (
-    select k.job_id, k.status
-      from pyjobq.job k
-     where k.job_id = any (p_job_ids)
-     order by k.status = 6, k.job_id
-       for no key update
-  ), cancelled as (
-    delete from pyjobq.job j
-     using locked l
-     where j.job_id = l.job_id
-    returning j as ended, j.job_id, j.status, coalesce(j.last_error, 'cancelled') as error,
-              j.has_dependants or j.batch_id is not null as followed
-  ), ended as (
-    -- One row (an aggregate): the rows go to the history, one line is written
-    -- to the audit log, and the ends of the cancelled jobs are followed up
-    -- once, together, after the history has them.
-    select pyjobq._to_history(array_agg(c.ended), 5::smallint, v_now, null, array_agg(c.error)),
-           pyjobq._audit('cancel', count(*),
-                         jsonb_build_object('job_ids', (array_agg(c.job_id order by c.job_id))[1:100])),
-           case when bool_or(c.followed)
-                then pyjobq._ended(array_agg(c.job_id) filter (where c.followed), v_now) end,
-           coalesce(array_agg(c.job_id), '{}') as ids,
-           coalesce(array_agg(c.job_id) filter (where c.status = 2), '{}') as running
-      from cancelled c
-  )
-  select e.ids, e.running into v_cancelled, v_running from ended e;
+  select array_agg(k.job_id order by k.status = 6, k.job_id),
+         coalesce(array_agg(k.job_id) filter (where k.status = 2), '{}')
+    into v_locked, v_running
+    from (select k.job_id, k.status
+            from pyjobq.job k
+           where k.job_id = any (p_job_ids)
+           order by k.status = 6, k.job_id
+             for no key update) k;
+  select coalesce(array_agg(f.job_id), '{}')
+    into v_cancelled
+    from pyjobq._finish(null,
+                        array(select row(c.id, null, null, 'cancelled', null, null, null)::pyjobq.job_end
+                                from unnest(v_locked) as c(id)),
+                        v_now, '{}') f;
+  -- One line in the audit log for the call.
+  perform pyjobq._audit('cancel', cardinality(v_cancelled),
+                        jsonb_build_object('job_ids', (array(select c from unnest(v_cancelled) c order by c))[1:100]));
   -- The others, as they are now (one that ended while this call waited for
   -- its row is in the history by now).
   return query
@@ -5624,8 +5743,8 @@ begin
          and n.cancels
       returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
     ), moved as (
-      select pyjobq._to_history(array_agg(x.ended), 5::smallint, p_now, null, array_agg(x.failure),
-                                array_agg(x.waiting)),
+      select pyjobq._to_history(array_agg(x.ended), array_agg(5::smallint), p_now, null, array_agg(x.failure),
+                                null, array_agg(x.waiting)),
              array_agg(x.job_id) filter (where x.has_dependants) as next,
              array_agg(x.job_id) filter (where x.batch_id is not null) as members
         from cancelled x
@@ -6057,18 +6176,18 @@ comment on function pyjobq.job_batch_get(uuid) is
 -- cutoff in the others (the day the cutoff falls in, the default partition).
 
 -- The end of jobs: p_rows, just deleted from pyjobq.job by the caller (which
--- checked that it may end them), go to job_history as p_status at p_now,
--- each with its result, last error and waiting_on from p_results, p_errors
--- and p_waiting where those are given (null arrays: kept), without their
--- lease, and without their worker when p_clear_worker.
+-- checked that it may end them), go to job_history as ended at p_now, each
+-- with its status from p_statuses and its result, last error, worker and
+-- waiting_on from p_results, p_errors, p_workers and p_waiting where those
+-- are given (null arrays: kept), without their lease.
 create function pyjobq._to_history(
   p_rows pyjobq.job[],
-  p_status smallint,
+  p_statuses smallint[],
   p_now timestamptz,
   p_results jsonb[] default null,
   p_errors text[] default null,
-  p_waiting int[] default null,
-  p_clear_worker boolean default false
+  p_workers text[] default null,
+  p_waiting int[] default null
 )
 returns void
 language plpgsql
@@ -6081,10 +6200,10 @@ begin
      lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
      notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
      has_dependants, batch_id)
-  select r.job_id, r.job_type, p_status, r.priority, r.payload,
+  select r.job_id, r.job_type, p_statuses[r.ordinality], r.priority, r.payload,
          case when p_results is null then r.result else p_results[r.ordinality] end,
          r.dedupe_key, r.attempts, r.max_attempts, r.run_after, null,
-         case when not p_clear_worker then r.worker_id end, r.run_started_at,
+         case when p_workers is null then r.worker_id else p_workers[r.ordinality] end, r.run_started_at,
          case when p_errors is null then r.last_error else p_errors[r.ordinality] end,
          r.created_at, p_now, r.seq, r.attempts_refunded, r.notify_done, r.lease_token, r.concurrency_key,
          r.fair_rank, r.metadata,
@@ -6094,10 +6213,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._to_history(pyjobq.job[], smallint, timestamptz, jsonb[], text[], int[], boolean) is
-  'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended p_status at p_now, with '
-  'p_results, p_errors and p_waiting (position by position) where given, and without the worker when '
-  'p_clear_worker.';
+comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], text[], int[]) is
+  'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
+  'status, and the result, error, worker and waiting count (where those arrays are given) at its position.';
 
 -- The partition of day p_day, made if it is missing: created alone, given
 -- the rows the default partition holds for its day, then attached, while
@@ -6449,6 +6567,10 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[])',
    '{pyjobq_worker}'),
   ('pyjobq.job_fail(uuid, text, int, text, double precision, boolean, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_fail_many(text, uuid[], int[], text[], double precision[], boolean[], uuid[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_finish_many(text, uuid[], int[], text[], jsonb[], text[], double precision[], uuid[])',
    '{pyjobq_worker}'),
   ('pyjobq.job_renew_lease(uuid, text, int, int, uuid)',
    '{pyjobq_worker}'),

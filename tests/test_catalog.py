@@ -13,7 +13,8 @@ from pyjobq import JobStatus, JobType
 Conn = psycopg.Connection[Any]
 
 FUNCTIONS = """
-select p.proname, p.oid::regprocedure::text, p.proconfig, obj_description(p.oid, 'pg_proc')
+select p.proname, p.oid::regprocedure::text, p.proconfig, obj_description(p.oid, 'pg_proc'),
+       p.prosqlbody is not null, p.prosecdef
   from pg_proc p
  where p.pronamespace = 'pyjobq'::regnamespace
 """
@@ -27,10 +28,21 @@ def test_no_function_is_overloaded(conn: Conn) -> None:
 
 
 def test_every_function_is_commented_and_pins_its_search_path(conn: Conn) -> None:
-    for _, signature, config, comment in conn.execute(FUNCTIONS).fetchall():
+    """Each function resolves names as it was written, whatever the caller's search_path: it
+    pins its own, or its body is standard SQL (``begin atomic``), whose every name is bound
+    when it is created. Those run with their caller's rights (never SECURITY DEFINER), and
+    the planner inlines them into the statements that test each row with them."""
+    bound = 0
+    for _, signature, config, comment, sql_body, definer in conn.execute(FUNCTIONS).fetchall():
         assert comment, f"{signature} has no COMMENT ON"
+        if sql_body:
+            bound += 1
+            assert config is None, signature
+            assert not definer, signature
+            continue
         assert config, f"{signature} has no SET clause"
         assert any(c.startswith("search_path=pg_catalog") for c in config), signature
+    assert bound >= 2
 
 
 def test_every_table_is_commented(conn: Conn) -> None:

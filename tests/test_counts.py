@@ -23,7 +23,8 @@ def finish_history(conn: Conn, jobs: int, job_type: int = 1) -> None:
     )
     conn.execute(
         "with done as (delete from pyjobq.job j where j.job_type = %s and j.status = 1 returning j)"
-        " select pyjobq._to_history(array_agg(d.j), 3::smallint, pyjobq.clock_now()) from done d",
+        " select pyjobq._to_history(array_agg(d.j), array_agg(3::smallint), pyjobq.clock_now())"
+        " from done d",
         (job_type,),
     )
 

@@ -71,6 +71,8 @@ ALLOWED = {
         "job_complete",
         "job_complete_many",
         "job_fail",
+        "job_fail_many",
+        "job_finish_many",
         "job_renew_lease",
         "job_renew_lease_many",
         "job_release",

@@ -89,8 +89,8 @@ create function pyjobq._to_history(
   p_now timestamptz,
   p_results jsonb[] default null,
   p_errors text[] default null,
-  p_workers text[] default null,
-  p_waiting int[] default null
+  p_waiting int[] default null,
+  p_clear_workers boolean[] default null
 )
 returns void
 language plpgsql
@@ -106,7 +106,7 @@ begin
   select r.job_id, r.job_type, p_statuses[r.ordinality], r.priority, r.payload,
          case when p_results is null then r.result else p_results[r.ordinality] end,
          r.dedupe_key, r.attempts, r.max_attempts, r.run_after, null,
-         case when p_workers is null then r.worker_id else p_workers[r.ordinality] end, r.run_started_at,
+         case when p_clear_workers[r.ordinality] then null else r.worker_id end, r.run_started_at,
          case when p_errors is null then r.last_error else p_errors[r.ordinality] end,
          r.created_at, p_now, r.seq, r.attempts_refunded, r.notify_done, r.lease_token, r.concurrency_key,
          r.fair_rank, r.metadata,
@@ -116,9 +116,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], text[], int[]) is
+comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], int[], boolean[]) is
   'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
-  'status, and the result, error, worker and waiting count (where those arrays are given) at its position.';
+  'status, and the result, error and waiting count (where those arrays are given) at its position, and '
+  'without its worker where p_clear_workers says so.';
 
 create or replace function pyjobq._finish(p_worker_id text, p_ends pyjobq.job_end[], p_now timestamptz,
                                p_denied smallint[])
@@ -136,9 +137,8 @@ set enable_hashjoin = off
 set enable_mergejoin = off
 set jit = off
 as $$
-declare
-  v_moved record;
 begin
+  return query
   with input as (
     -- An attempt named twice ends once, as its first mention says.
     select distinct on (e.job_id, e.attempt) e.*
@@ -157,10 +157,7 @@ begin
                 when 'cancelled' then coalesce(j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
-              end as error,
-              -- The worker that lost its lease is not the one that ended the
-              -- job: it gets JQ001 (lease_lost) later, never JQ003.
-              case when i.outcome <> 'expired' then j.worker_id end as worker_id
+              end as error
   ), retried as (
     update pyjobq.job j
        set status = 1,
@@ -182,51 +179,44 @@ begin
     returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
-           true as ends, d.row, d.result, d.error, d.worker_id,
+           true as ends, d.row, d.result, d.error,
            (d.row).has_dependants or (d.row).batch_id is not null as followed
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, null, false
+           false, null, null, null, false
       from retried r
+  ), followed as (
+    -- One row (an aggregate), so that each follow-up runs once for the call,
+    -- in this order: the ended rows into the history, the finish counts (what
+    -- a holder or the reaper ended or failed, and a release only when it made
+    -- the job DEAD), then what follows the ends of parents and batch members,
+    -- which reads the history; and each type's retries announced once. The
+    -- worker that lost its lease is not the one that ended the job: it gets
+    -- JQ001 (lease_lost) later, never JQ003.
+    select pyjobq._to_history(array_agg(m.row) filter (where m.ends),
+                              array_agg(m.status) filter (where m.ends), p_now,
+                              case when bool_or(m.outcome = 'done')
+                                   then array_agg(m.result) filter (where m.ends) end,
+                              case when bool_or(m.outcome <> 'done')
+                                   then array_agg(m.error) filter (where m.ends) end,
+                              null,
+                              case when bool_or(m.outcome = 'expired')
+                                   then array_agg(m.outcome = 'expired') filter (where m.ends) end),
+           pyjobq._stat_add(p_now, p_worker_id,
+                            array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
+                                                            and (m.outcome <> 'released' or m.status = 4)),
+                            array_agg(m.status) filter (where m.outcome <> 'cancelled'
+                                                          and (m.outcome <> 'released' or m.status = 4))),
+           case when bool_or(m.followed)
+                then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
+           (select count(pyjobq._announce(r.job_type, r.due, p_now))
+              from (select r.job_type, min(r.run_after) as due from retried r group by r.job_type) r)
+      from moved m
   )
-  select array_agg(m.ord::int) as ords, array_agg(m.job_id) as ids, array_agg(m.attempts::int) as attempts,
-         array_agg(m.job_type) as types, array_agg(m.status) as statuses, array_agg(m.run_after) as due,
-         array_agg(m.row) filter (where m.ends) as rows,
-         array_agg(m.status) filter (where m.ends) as end_statuses,
-         array_agg(m.result) filter (where m.ends) as results,
-         array_agg(m.error) filter (where m.ends) as errors,
-         array_agg(m.worker_id) filter (where m.ends) as workers,
-         array_agg(m.job_id) filter (where m.followed) as followed,
-         -- Counted in job_stat: what a holder or the reaper ended or failed,
-         -- and a release only when it made the job DEAD.
-         array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                         and (m.outcome <> 'released' or m.status = 4)) as counted_types,
-         array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                       and (m.outcome <> 'released' or m.status = 4)) as counted
-    into v_moved
-    from moved m;
-
-  if v_moved.rows is not null then
-    perform pyjobq._to_history(v_moved.rows, v_moved.end_statuses, p_now, v_moved.results, v_moved.errors,
-                               v_moved.workers);
-  end if;
-  if v_moved.counted is not null then
-    perform pyjobq._stat_add(p_now, p_worker_id, v_moved.counted_types, v_moved.counted);
-  end if;
-  -- After the rows are in the history, where the follow-up reads them.
-  if v_moved.followed is not null then
-    perform pyjobq._ended(v_moved.followed, p_now);
-  end if;
-  -- A retry is announced like a new job, once per type: idle workers learn
-  -- when the first is due.
-  perform pyjobq._announce(r.job_type, min(r.run_after), p_now)
-     from unnest(v_moved.types, v_moved.statuses, v_moved.due) as r(job_type, status, run_after)
-    where r.status = 1
-    group by r.job_type;
-  return query
-  select *
-    from unnest(v_moved.ords, v_moved.ids, v_moved.attempts, v_moved.types, v_moved.statuses, v_moved.due);
+  select m.ord::int, m.job_id, m.attempts::int, m.job_type, m.status, m.run_after
+    from moved m
+   cross join followed;
 end;
 $$;
 
@@ -262,40 +252,42 @@ begin
   p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
   p_attempts := pyjobq._check_array('p_attempts', p_attempts);
   p_outcomes := pyjobq._check_array('p_outcomes', p_outcomes);
-  p_results := pyjobq._check_array('p_results', p_results);
-  p_errors := pyjobq._check_array('p_errors', p_errors);
-  p_retry_delays_seconds := pyjobq._check_array('p_retry_delays_seconds', p_retry_delays_seconds);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
   perform pyjobq._check_same_length('p_outcomes', coalesce(cardinality(p_outcomes), 0), v_count);
   -- Null: none given; else one, possibly null, per job.
   if p_results is not null then
+    p_results := pyjobq._check_array('p_results', p_results);
     perform pyjobq._check_same_length('p_results', cardinality(p_results), v_count);
   end if;
   if p_errors is not null then
+    p_errors := pyjobq._check_array('p_errors', p_errors);
     perform pyjobq._check_same_length('p_errors', cardinality(p_errors), v_count);
   end if;
   if p_retry_delays_seconds is not null then
+    p_retry_delays_seconds := pyjobq._check_array('p_retry_delays_seconds', p_retry_delays_seconds);
     perform pyjobq._check_same_length('p_retry_delays_seconds', cardinality(p_retry_delays_seconds), v_count);
+    v_bad := array_position(array(select d is null or d between 0 and 31536000
+                                    from unnest(p_retry_delays_seconds) d), false);
+    if v_bad is not null then
+      raise exception 'p_retry_delays_seconds[%] must be between 0 and 31536000', v_bad
+        using errcode = '22023',
+              detail = format('p_retry_delays_seconds[%s] was %s.', v_bad, p_retry_delays_seconds[v_bad]),
+              hint = 'Leave it null for the default exponential backoff.';
+    end if;
+  end if;
+  if p_lease_tokens is not null then
+    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   end if;
   perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-  v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead') from unnest(p_outcomes) o),
-                          false);
-  if v_bad is not null then
+  if not (p_outcomes <@ array['done', 'failed', 'dead'] and array_position(p_outcomes, null) is null) then
+    v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead')
+                                    from unnest(p_outcomes) o), false);
     raise exception 'p_outcomes[%] must be done, failed or dead', v_bad
       using errcode = '22023',
             detail = format('p_outcomes[%s] was %s.', v_bad, coalesce(quote_literal(p_outcomes[v_bad]), 'null')),
             hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it.';
-  end if;
-  v_bad := array_position(array(select d is null or d between 0 and 31536000
-                                  from unnest(p_retry_delays_seconds) d), false);
-  if v_bad is not null then
-    raise exception 'p_retry_delays_seconds[%] must be between 0 and 31536000', v_bad
-      using errcode = '22023',
-            detail = format('p_retry_delays_seconds[%s] was %s.', v_bad, p_retry_delays_seconds[v_bad]),
-            hint = 'Leave it null for the default exponential backoff.';
   end if;
 
   return query
@@ -805,7 +797,7 @@ begin
       returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
     ), moved as (
       select pyjobq._to_history(array_agg(x.ended), array_agg(5::smallint), p_now, null, array_agg(x.failure),
-                                null, array_agg(x.waiting)),
+                                array_agg(x.waiting)),
              array_agg(x.job_id) filter (where x.has_dependants) as next,
              array_agg(x.job_id) filter (where x.batch_id is not null) as members
         from cancelled x

@@ -12,8 +12,8 @@ from pyjobq.rows import ClaimedJob
 class WorkerMetrics:
     """What one worker did since it started; read it any time, it is only ever added to.
 
-    ``round_trips`` counts every statement the worker sent for jobs (claim, complete_many,
-    fail, renew_lease, release, reap), so ``round_trips / (completed + failed)`` is the cost
+    ``round_trips`` counts every statement the worker sent for jobs (claim, finish_many,
+    renew_lease, release, reap), so ``round_trips / (completed + failed)`` is the cost
     per job. ``latency_*`` measure from the moment a job was due to the moment a handler
     started it.
     """
@@ -77,6 +77,6 @@ class WorkerHooks:
         abandoned."""
 
     def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
-        """A statement of the worker's took ``seconds``: claim, complete, fail, renew, release,
-        reap, next_due or schedule_tick; ``error`` is what it raised (the worker retries
+        """A statement of the worker's took ``seconds``: claim, finish, renew, release, reap,
+        next_due or schedule_tick; ``error`` is what it raised (the worker retries
         those the database may accept later)."""

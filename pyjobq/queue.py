@@ -34,8 +34,10 @@ from pyjobq.rows import (
     Dependency,
     Enqueued,
     FailOutcome,
+    Finish,
     JobInfo,
     JobSummary,
+    Outcome,
     PruneEstimate,
     ReapedJob,
     Release,
@@ -254,6 +256,64 @@ class JobQueue(Batches, QueueAdmin):
         """
         params = (job_id, worker_id, attempt, error, retry_delay_seconds, dead_letter, lease_token)
         return self._one(FailOutcome, statements.FAIL, params)
+
+    def fail_many(
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        errors: Sequence[str | None] | None = None,
+        retry_delays_seconds: Sequence[float | None] | None = None,
+        dead_letters: Sequence[bool | None] | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
+    ) -> list[Finish]:
+        """``job_fail_many``: record up to 10000 failed attempts in one round trip.
+
+        Each job is PENDING again after its delay (``None``: the backoff) while tries are
+        left, else (or with its dead letter flag) DEAD. Returns one :class:`Finish` per job,
+        in input order, whose status is ``None`` for a job no longer held (left alone).
+        """
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            optional_list(errors),
+            optional_list(retry_delays_seconds),
+            optional_list(dead_letters),
+            optional_list(lease_tokens),
+        )
+        return self._rows(Finish, statements.FAIL_MANY, params)
+
+    def finish_many(
+        self,
+        worker_id: str,
+        job_ids: Sequence[UUID],
+        attempts: Sequence[int],
+        outcomes: Sequence[Outcome],
+        results: Sequence[Payload | Jsonb | None] | None = None,
+        errors: Sequence[str | None] | None = None,
+        retry_delays_seconds: Sequence[float | None] | None = None,
+        lease_tokens: Sequence[UUID] | None = None,
+    ) -> list[Finish]:
+        """``job_finish_many``: end up to 10000 held attempts in one round trip and one
+        transaction, each as its outcome says: ``"done"`` (with its result), ``"failed"`` (its
+        error kept; retried after its delay or the backoff while tries are left) or ``"dead"``.
+
+        Returns one :class:`Finish` per job, in input order: the new status, or ``None`` for a
+        job no longer held (left alone); an attempt this holder already ended (a retry after a
+        lost reply) is reported with the status it ended in.
+        """
+        params = (
+            worker_id,
+            list(job_ids),
+            list(attempts),
+            list(outcomes),
+            jsonb_array(results),
+            optional_list(errors),
+            optional_list(retry_delays_seconds),
+            optional_list(lease_tokens),
+        )
+        return self._rows(Finish, statements.FINISH_MANY, params)
 
     def renew_lease(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 
@@ -164,6 +164,25 @@ class Release:
 
     job_id: UUID
     released: bool
+
+
+# How a holder ends an attempt in ``job_finish_many``: DONE, failed (retried while tries are
+# left, else DEAD) or DEAD at once.
+Outcome = Literal["done", "failed", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A row of ``job_finish_many``/``job_fail_many``: the attempt's new status (PENDING for a
+    retry, DONE, DEAD) and when a retry is due, or ``None`` for an attempt no longer held."""
+
+    job_id: UUID
+    status: JobStatus | None
+    run_after: datetime | None
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            object.__setattr__(self, "status", JobStatus(self.status))
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,14 @@ FAIL: LiteralString = (
     "select status, run_after from pyjobq.job_fail("
     "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::boolean, %s::uuid)"
 )
+FAIL_MANY: LiteralString = (
+    "select job_id, status, run_after from pyjobq.job_fail_many("
+    "%s::text, %s::uuid[], %s::int[], %s::text[], %s::float8[], %s::boolean[], %s::uuid[])"
+)
+FINISH_MANY: LiteralString = (
+    "select job_id, status, run_after from pyjobq.job_finish_many(%s::text, %s::uuid[],"
+    " %s::int[], %s::text[], %s::jsonb[], %s::text[], %s::float8[], %s::uuid[])"
+)
 RENEW_LEASE: LiteralString = (
     "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int, %s::uuid)"
 )

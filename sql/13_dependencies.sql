@@ -461,7 +461,7 @@ begin
       returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
     ), moved as (
       select pyjobq._to_history(array_agg(x.ended), array_agg(5::smallint), p_now, null, array_agg(x.failure),
-                                null, array_agg(x.waiting)),
+                                array_agg(x.waiting)),
              array_agg(x.job_id) filter (where x.has_dependants) as next,
              array_agg(x.job_id) filter (where x.batch_id is not null) as members
         from cancelled x

@@ -16,17 +16,19 @@
 
 -- The end of jobs: p_rows, just deleted from pyjobq.job by the caller (which
 -- checked that it may end them), go to job_history as ended at p_now, each
--- with its status from p_statuses and its result, last error, worker and
--- waiting_on from p_results, p_errors, p_workers and p_waiting where those
--- are given (null arrays: kept), without their lease.
+-- with its status from p_statuses and its result, last error and waiting_on
+-- from p_results, p_errors and p_waiting where those are given (null arrays:
+-- kept), without its lease, and without its worker where p_clear_workers is
+-- true. (Text and jsonb elements are found by walking their array: a caller
+-- passes those arrays only when they change something.)
 create function pyjobq._to_history(
   p_rows pyjobq.job[],
   p_statuses smallint[],
   p_now timestamptz,
   p_results jsonb[] default null,
   p_errors text[] default null,
-  p_workers text[] default null,
-  p_waiting int[] default null
+  p_waiting int[] default null,
+  p_clear_workers boolean[] default null
 )
 returns void
 language plpgsql
@@ -42,7 +44,7 @@ begin
   select r.job_id, r.job_type, p_statuses[r.ordinality], r.priority, r.payload,
          case when p_results is null then r.result else p_results[r.ordinality] end,
          r.dedupe_key, r.attempts, r.max_attempts, r.run_after, null,
-         case when p_workers is null then r.worker_id else p_workers[r.ordinality] end, r.run_started_at,
+         case when p_clear_workers[r.ordinality] then null else r.worker_id end, r.run_started_at,
          case when p_errors is null then r.last_error else p_errors[r.ordinality] end,
          r.created_at, p_now, r.seq, r.attempts_refunded, r.notify_done, r.lease_token, r.concurrency_key,
          r.fair_rank, r.metadata,
@@ -52,9 +54,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], text[], int[]) is
+comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], int[], boolean[]) is
   'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
-  'status, and the result, error, worker and waiting count (where those arrays are given) at its position.';
+  'status, and the result, error and waiting count (where those arrays are given) at its position, and '
+  'without its worker where p_clear_workers says so.';
 
 -- The partition of day p_day, made if it is missing: created alone, given
 -- the rows the default partition holds for its day, then attached, while

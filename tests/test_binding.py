@@ -121,6 +121,40 @@ def test_enqueue_many_and_complete_many_round_trip_in_order(conn: Conn) -> None:
     assert result.fetchone() == (None,)
 
 
+def test_finish_many_and_fail_many_return_typed_outcomes_in_input_order(conn: Conn) -> None:
+    q = JobQueue(conn)
+    q.enqueue_many(JobType.OUTBOX, [{"i": i} for i in range(4)], max_attempts=2)
+    a, b, c, d = sorted(q.claim("w1", 4), key=lambda j: j.payload["i"])
+    rows = q.finish_many(
+        "w1",
+        [a.job_id, b.job_id, c.job_id],
+        [a.attempt, b.attempt, c.attempt],
+        ["done", "failed", "dead"],
+        [{"ok": 1}, None, None],
+        [None, "try later", "never"],
+        [None, 30.0, None],
+        [a.lease_token, b.lease_token, c.lease_token],
+    )
+    assert [(r.job_id, r.status) for r in rows] == [
+        (a.job_id, JobStatus.DONE),
+        (b.job_id, JobStatus.PENDING),
+        (c.job_id, JobStatus.DEAD),
+    ]
+    retry_at, done_at = rows[1].run_after, rows[0].run_after
+    assert retry_at is not None
+    assert done_at is not None
+    assert retry_at - done_at >= timedelta(seconds=29)
+    failed = q.fail_many(
+        "w1", [d.job_id, a.job_id], [d.attempt, a.attempt], ["boom", "late"], None, [True, False]
+    )
+    assert [(r.job_id, r.status) for r in failed] == [
+        (d.job_id, JobStatus.DEAD),
+        (a.job_id, JobStatus.DONE),  # already ended by this attempt: as it ended
+    ]
+    with pytest.raises(InvalidArgument, match=r"p_outcomes\[1\] must be done, failed or dead"):
+        q.finish_many("w1", [a.job_id], [a.attempt], ["later"])  # type: ignore[list-item]
+
+
 def test_enqueue_many_names_the_first_payload_that_is_not_an_object(conn: Conn) -> None:
     q = JobQueue(conn)
     payloads: list[Any] = [{"i": 1}, {"i": 2}, [3], None]

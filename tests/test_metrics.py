@@ -99,8 +99,9 @@ def test_a_worker_counts_what_it_did(conn: Conn, dsn: str, tmp_path: Path) -> No
         for k, v in samples["pyjobq_statement_duration_seconds_count"].items()
     }
     assert round_trips["claim"] >= 1
-    assert round_trips["fail"] == 2
-    assert 1 <= round_trips["complete"] <= 20
+    # Failures go with the completions: the flush is the only statement that ends jobs.
+    assert "fail" not in round_trips
+    assert 1 <= round_trips["finish"] <= 22
     assert samples.get("pyjobq_database_errors_total", {}) == {}
 
 

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pyjobq import ClaimedJob, JobQueue, JobType
+from pyjobq.metrics import WorkerHooks
 from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
 from tests.sqlhelp import FROZEN, freeze, frozen_dsn
 from tests.workerhelp import prepare, running, statuses, wait_for
@@ -150,6 +151,40 @@ def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, 
     assert "ValueError" in last_error
     assert "in handler" in last_error
     assert (metrics.retried, metrics.dead, metrics.completed) == (2, 1, 1)
+
+
+class Statements(WorkerHooks):
+    """Counts the statements a worker sends, by name."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}
+
+    def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
+        self.sent[statement] = self.sent.get(statement, 0) + 1
+
+
+def test_a_flush_sends_completions_and_failures_in_one_call(dsn: str, db: Conn) -> None:
+    def handler(job: ClaimedJob) -> dict[str, Any]:
+        if job.payload["kind"] == "dead":
+            raise DeadLetter("no such recipient")
+        return {"ok": True}
+
+    q = JobQueue(db)
+    done = q.enqueue(JobType.SEARCH, {"kind": "done"}).job_id
+    dead = q.enqueue(JobType.SEARCH, {"kind": "dead"}).job_id
+    hooks = Statements()
+    # Both jobs are claimed at once; the flush waits for both (a batch of 2), however long.
+    worker = Worker(
+        dsn, {JobType.SEARCH: handler}, hooks=hooks, concurrency=2, flush_batch=2, flush_delay=60
+    )
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: 1, 4: 1}, "one DONE, one DEAD")
+        metrics = r.stop()
+    assert (metrics.completed, metrics.dead, metrics.flushes) == (1, 1, 1)
+    assert hooks.sent.get("finish") == 1
+    assert "fail" not in hooks.sent
+    ended = dict(db.execute("select job_id, updated_at from pyjobq.job_history").fetchall())
+    assert ended[done] == ended[dead]  # one call, one transaction
 
 
 def test_job_timeout_fails_the_attempt(dsn: str, db: Conn) -> None:

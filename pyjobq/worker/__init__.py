@@ -12,10 +12,10 @@ this package, and :class:`Worker` (``runtime``) wires them together from one
   unsent, since their rows stay RUNNING until completed;
 * runners (``running``) start prefetched jobs; a job that waited more than a fraction of its
   lease in the prefetch buffer is released instead;
-* the completer (``completing``) completes finished jobs with ``job_complete_many`` a few
-  milliseconds after the first of a batch finished, or at once when half the
-  capacity waits for it, with up to two calls in flight (one runs while the
-  next batch fills);
+* the completer (``completing``) sends the outcomes of finished jobs, completed and failed
+  together, with ``job_finish_many`` a few milliseconds after the first of a batch
+  finished, or at once when half the capacity waits for it, with up to two calls in
+  flight (one runs while the next batch fills);
 * the heartbeat (``leases``) renews the lease of every running job well before it ends; a
   lease found lost marks the job so its result is dropped, never completed;
 * the listener (``claiming``) LISTENs on ``pyjobq_job`` on a dedicated connection (optional);

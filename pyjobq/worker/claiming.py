@@ -30,7 +30,7 @@ PREFETCH_CAP_FLOOR = 256
 PREFETCH_CAP_PER_RUNNER = 8
 # Weight of the newest handler duration in the running average the prefetch follows.
 DURATION_EWMA_WEIGHT = 0.05
-# job_complete_many calls in flight at once: one can run while the next batch fills.
+# job_finish_many calls in flight at once: one can run while the next batch fills.
 MAX_FLUSHES = 2
 
 

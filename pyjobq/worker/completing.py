@@ -1,20 +1,24 @@
-"""Completing: finished jobs go to ``job_complete_many`` in batches, a few milliseconds after
-the first of a batch finished or at once when half the capacity waits, with up to two calls in
-flight (one runs while the next batch fills)."""
+"""Completing: the outcomes of finished attempts (completed, failed, dead) go to
+``job_finish_many`` together in batches, a few milliseconds after the first of a batch finished
+or at once when half the capacity waits, with up to two calls in flight (one runs while the
+next batch fills)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from pyjobq.storable import UnstorableResult
+from pyjobq.storable import UnstorableResult, storable_text
 from pyjobq.worker.claiming import MAX_FLUSHES
 from pyjobq.worker.outcomes import Outcomes
 from pyjobq.worker.state import DATA_ERRORS, DATABASE_ERRORS, Held, WorkerState, suppress_timeout
 
+log = logging.getLogger("pyjobq.worker")
+
 
 class Completer:
-    """Sends finished jobs; a batch PostgreSQL refuses as data is sent again a job at a time,
-    so that only the job at fault fails."""
+    """Sends the outcomes of finished attempts; a batch PostgreSQL refuses as data is sent
+    again a job at a time, so that only the job at fault fails."""
 
     def __init__(self, state: WorkerState, outcomes: Outcomes) -> None:
         self.state = state
@@ -56,57 +60,77 @@ class Completer:
                 task.cancel()
 
     async def flush(self, batch: list[Held]) -> None:
-        """Complete one batch; if PostgreSQL refuses its data, each of its jobs on its own."""
+        """Send one batch; if PostgreSQL refuses its data, each of its jobs on its own."""
         try:
-            await self.complete_retrying(batch)
+            await self.send_retrying(batch)
         except DATA_ERRORS:
             # Refused as data: send each job alone, so that only the one at fault fails.
             for held in batch:
-                await self.complete_alone(held)
+                await self.send_alone(held)
         finally:
             self.state.flushing.difference_update(batch)
             self.state.room.set()
             if self.state.limited:
                 self.state.notified.set()
 
-    async def complete_alone(self, held: Held) -> None:
-        try:
-            await self.complete_retrying([held])
-        except DATA_ERRORS as e:
-            await self.outcomes.fail(held, UnstorableResult(f"result refused: {e}"), None, True)
+    async def send_alone(self, held: Held) -> None:
+        """Send one job PostgreSQL refused as data: a result it cannot store fails the job DEAD,
+        a retry delay out of range gives way to the backoff, and a failure still refused is
+        logged (the reaper takes the job back once its lease runs out)."""
+        while True:
+            try:
+                await self.send_retrying([held])
+                return
+            except DATA_ERRORS as e:
+                if held.outcome == "done":
+                    held.result = None
+                    self.outcomes.fail(held, UnstorableResult(f"result refused: {e}"), None, True)
+                elif held.delay is not None:
+                    note = f"(retry delay {held.delay!r} refused: {e})"
+                    held.error_text = storable_text(f"{held.error_text}\n{note}")
+                    held.delay = None
+                else:
+                    log.error("job could not be failed: %s", e, extra=self.state.extra(held.job))
+                    return
 
-    async def complete_retrying(self, batch: list[Held]) -> None:
-        """Complete a batch, retrying with backoff on any error but one about its data."""
+    async def send_retrying(self, batch: list[Held]) -> None:
+        """Send a batch, retrying with backoff on any error but one about its data."""
         failures = 0
         while True:
             try:
-                await self.complete(batch)
+                await self.send(batch)
                 return
             except DATA_ERRORS:
                 raise
             except DATABASE_ERRORS as e:
                 failures += 1
-                await self.state.backoff(failures, "complete_many", e)
+                await self.state.backoff(failures, "finish_many", e)
                 if self.state.hard_stop.is_set():
                     return
 
-    async def complete(self, batch: list[Held]) -> None:
+    async def send(self, batch: list[Held]) -> None:
+        """One ``job_finish_many`` call for the batch's completions and failures together."""
         s = self.state
+        failed = [h for h in batch if h.outcome != "done"]
         rows = await s.call(
-            "complete",
-            s.queue.complete_many(
+            "finish",
+            s.queue.finish_many(
                 s.worker_id,
                 [h.job.job_id for h in batch],
                 [h.job.attempt for h in batch],
-                [h.result for h in batch],
+                [h.outcome for h in batch],
+                [h.result for h in batch] if len(failed) < len(batch) else None,
+                [h.error_text for h in batch] if failed else None,
+                [h.delay for h in batch] if any(h.delay is not None for h in failed) else None,
                 [h.job.lease_token for h in batch],
             ),
         )
         s.metrics.flushes += 1
-        completed = {r.job_id for r in rows if r.completed}
-        for held in batch:
-            if held.job.job_id in completed:
+        for held, row in zip(batch, rows, strict=True):
+            if row.status is None:
+                self.outcomes.lost(held)
+            elif held.outcome == "done":
                 s.metrics.completed += 1
                 s.hook(s.hooks.on_job_end, held.job, "completed", None)
             else:
-                self.outcomes.lost(held)
+                self.outcomes.failed(held, row)

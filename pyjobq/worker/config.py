@@ -95,7 +95,7 @@ class WorkerConfig:
     flush_delay: float = _setting(
         0.01, "seconds a finished job may wait for others to complete with it", low=0
     )
-    flush_batch: int = _setting(500, "jobs per job_complete_many call", low=1, high=10000)
+    flush_batch: int = _setting(500, "jobs per job_finish_many call", low=1, high=10000)
     prefetch_lease_fraction: float = _setting(
         0.25, "share of the lease a prefetched job may wait before it is given back",
         low=0, high=1, low_open=True,

@@ -8,10 +8,9 @@ import logging
 import traceback
 from uuid import UUID
 
-from pyjobq.errors import JobCancelled, JobStateError, LeaseLost
-from pyjobq.rows import ClaimedJob, FailOutcome, JobStatus
+from pyjobq.rows import ClaimedJob, Finish, JobStatus
 from pyjobq.storable import storable_text
-from pyjobq.worker.state import DATA_ERRORS, DATABASE_ERRORS, Held, WorkerState
+from pyjobq.worker.state import Held, WorkerState
 
 log = logging.getLogger("pyjobq.worker")
 
@@ -89,57 +88,30 @@ class Outcomes:
         if (held.cancelled or held.timed_out) and runner is not None and runner.cancelling():
             runner.uncancel()
 
-    async def fail(
-        self, held: Held, error: BaseException, delay: float | None, dead_letter: bool
-    ) -> None:
-        """``job_fail`` for the attempt, retried while the database is away; logs and counts
-        whether the job will be retried or is DEAD."""
+    @staticmethod
+    def fail(held: Held, error: BaseException, delay: float | None, dead_letter: bool) -> None:
+        """Record in ``held`` that its attempt failed, for the flush to send with the
+        completions (``job_finish_many``): retried after ``delay`` (None: the queue's backoff)
+        while tries are left, or DEAD at once with ``dead_letter``."""
+        held.outcome = "dead" if dead_letter else "failed"
+        held.error = error
+        held.error_text = error_text(error)
+        held.delay = delay
+
+    def failed(self, held: Held, row: Finish) -> None:
+        """The flush recorded the failure: count and log whether the job will be retried or is
+        DEAD."""
         s, job = self.state, held.job
-        text = error_text(error)
-        failures = 0
-        while True:
-            try:
-                outcome: FailOutcome = await s.call(
-                    "fail",
-                    s.queue.fail(
-                        job.job_id,
-                        s.worker_id,
-                        job.attempt,
-                        text,
-                        delay,
-                        dead_letter,
-                        job.lease_token,
-                    ),
-                )
-                break
-            except (LeaseLost, JobCancelled) as e:
-                held.cancelled = isinstance(e, JobCancelled)
-                self.lost(held)
-                return
-            except JobStateError as e:
-                log.error("job could not be failed: %s", e, extra=s.extra(job))
-                return
-            except DATA_ERRORS as e:
-                if delay is None:  # the text is made storable: nothing else is the job's
-                    log.error("job could not be failed: %s", e, extra=s.extra(job))
-                    return
-                # Retry(delay) out of job_fail's range: keep the queue's backoff instead.
-                text = storable_text(f"{text}\n(retry delay {delay!r} refused: {e})")
-                delay = None
-            except DATABASE_ERRORS as e:
-                failures += 1
-                if s.hard_stop.is_set():
-                    return
-                await s.backoff(failures, "fail", e)
         s.metrics.failed += 1
-        dead = outcome.status is JobStatus.DEAD
+        dead = row.status is JobStatus.DEAD
         if dead:
             s.metrics.dead += 1
         else:
             s.metrics.retried += 1
-        s.hook(s.hooks.on_job_end, job, "dead" if dead else "retry", error)
+        s.hook(s.hooks.on_job_end, job, "dead" if dead else "retry", held.error)
+        error = held.error
         log.warning(
             "job failed: %s",
-            "dead" if dead else f"retry at {outcome.run_after.isoformat()}",
-            extra=s.extra(job, error=str(error) or type(error).__name__),
+            "dead" if dead or row.run_after is None else f"retry at {row.run_after.isoformat()}",
+            extra=s.extra(job, error=(str(error) or type(error).__name__) if error else None),
         )

@@ -108,30 +108,29 @@ class Runner:
                     result = await held.task
         except asyncio.CancelledError:
             if held.timed_out:
-                await self.past_deadline(held)
-            elif held.cancelled:
-                self.outcomes.lost(held)
-            else:
+                self.past_deadline(held)
+            elif not held.cancelled:
                 raise  # a hard stop
         except Retry as e:
-            await self.outcomes.fail(held, e, e.delay_seconds, False)
+            self.outcomes.fail(held, e, e.delay_seconds, False)
         except DeadLetter as e:
-            await self.outcomes.fail(held, e, None, True)
+            self.outcomes.fail(held, e, None, True)
         except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us
-            await self.outcomes.fail(held, e, None, False)
+            self.outcomes.fail(held, e, None, False)
         else:
-            if held.lost:
-                self.outcomes.lost(held)
-                return
-            try:
-                held.result = encode_result(result)
-            except UnstorableResult as e:
-                await self.outcomes.fail(held, e, None, True)
-                return
-            s.done.append(held)
-            s.have_done.set()
-            if len(s.done) >= self.claimer.flush_at:
-                s.flush_now.set()
+            if not held.lost:
+                try:
+                    held.result = encode_result(result)
+                except UnstorableResult as e:
+                    self.outcomes.fail(held, e, None, True)
+        if held.lost:  # cancelled, or its lease lost: nothing of the attempt counts
+            self.outcomes.lost(held)
+            return
+        # Completed or failed, the outcome goes with the next flush.
+        s.done.append(held)
+        s.have_done.set()
+        if len(s.done) >= self.claimer.flush_at:
+            s.flush_now.set()
 
     def set_deadline(self, held: Held) -> None:
         """When the handler starting now must have finished: its type's deadline counted from
@@ -169,13 +168,13 @@ class Runner:
             held.timed_out = True
             held.task.cancel()  # a sync one: its runner stops waiting; the thread lingers
 
-    async def past_deadline(self, held: Held) -> None:
+    def past_deadline(self, held: Held) -> None:
         """Fail the attempt that ran past its deadline; a sync handler keeps its thread."""
         self.state.metrics.timed_out += 1
         if held.job.job_type not in self.outcomes.async_types:
             self.linger(held)
         timeout = TimeoutError(f"handler did not finish within {held.deadline_seconds}s")
-        await self.outcomes.fail(held, timeout, None, False)
+        self.outcomes.fail(held, timeout, None, False)
 
     def in_thread(self, held: Held, handler: Handler) -> asyncio.Future[Payload | None]:
         """Run a sync handler in the pool; ``held.thread`` keeps the thread's own future, since

@@ -1,9 +1,9 @@
 """What the worker's duties share: the jobs it holds, the signals between duties, the database.
 
 A job moves through the collections here in one direction: ``buffer`` (claimed, not started),
-``running`` (a handler has it), ``done`` (finished, its completion not yet sent), ``flushing``
-(in a ``job_complete_many`` call). Each duty owns its moves; the events wake the duty that
-waits for them.
+``running`` (a handler has it), ``done`` (its handler returned or raised, its outcome not yet
+sent), ``flushing`` (in a ``job_finish_many`` call). Each duty owns its moves; the events wake
+the duty that waits for them.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from psycopg_pool import PoolTimeout
 from pyjobq.aio import AsyncJobQueue
 from pyjobq.errors import InvalidArgument, LockTimeout, PyjobqError
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
-from pyjobq.rows import ClaimedJob
+from pyjobq.rows import ClaimedJob, Outcome
 from pyjobq.worker.config import WorkerConfig
 
 T = TypeVar("T")
 
-# Jobs per job_complete_many / job_renew_lease_many / job_release_many call: their limit.
+# Jobs per job_finish_many / job_renew_lease_many / job_release_many call: their limit.
 MAX_BATCH = 10000
 
 # Errors that mean "the database cannot do this right now": retry with backoff. The
@@ -60,7 +60,13 @@ class Held:
     renewed_at: float
     lost: bool = False
     cancelled: bool = False
+    # How the attempt ended, for the flush to send: done with ``result``, or failed (retried
+    # after ``delay``, None: the backoff) or dead with ``error`` and its stored text.
+    outcome: Outcome = "done"
     result: Jsonb | None = None
+    error: BaseException | None = None
+    error_text: str | None = None
+    delay: float | None = None
     task: asyncio.Future[Any] | None = field(default=None, repr=False)
     # The runner's own task while it awaits an async handler in it.
     runner: asyncio.Task[Any] | None = field(default=None, repr=False)
@@ -141,7 +147,7 @@ class WorkerState:
 
     async def call(self, statement: str, operation: Coroutine[Any, Any, T]) -> T:
         """Await one queue statement, counting it as a round trip; the hooks learn how long
-        ``statement`` (claim, complete, fail, renew, release, reap, next_due, schedule_tick)
+        ``statement`` (claim, finish, renew, release, reap, next_due, schedule_tick)
         took and what it raised."""
         self.metrics.round_trips += 1
         started = time.perf_counter()

@@ -3,6 +3,7 @@
 from pyjobq.errors import (
     BatchClosed,
     InvalidArgument,
+    IsolationNotSupported,
     JobAlreadyFinished,
     JobCancelled,
     JobNotFound,
@@ -59,6 +60,7 @@ __all__ = [
     "FailOutcome",
     "Finish",
     "InvalidArgument",
+    "IsolationNotSupported",
     "JobAlreadyFinished",
     "JobCancelled",
     "JobInfo",

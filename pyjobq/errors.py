@@ -97,6 +97,14 @@ class JobTypeConflict(JobStateError):
     sqlstate = "JQ004"
 
 
+class IsolationNotSupported(PyjobqError):
+    """JQ007: the call needs READ COMMITTED and the transaction runs at REPEATABLE READ or
+    SERIALIZABLE (``job_claim`` of a type with a concurrency limit): claim in a transaction of
+    its own, or at READ COMMITTED."""
+
+    sqlstate = "JQ007"
+
+
 _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
     cls.sqlstate: cls
     for cls in (
@@ -106,6 +114,7 @@ _BY_SQLSTATE: dict[str, type[PyjobqError]] = {
         JobTypeConflict,
         JobCancelled,
         BatchClosed,
+        IsolationNotSupported,
         LockTimeout,
     )
     if cls.sqlstate is not None

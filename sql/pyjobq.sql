@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 33
+  select 34
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2605,11 +2605,21 @@ comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
 -- job only while its type, and its concurrency key, have room. Room is counted
 -- under a transaction-level advisory lock, so that no two claims count the
 -- same room: for the type, taken for every type with a limit on its whole up
--- front in type order (a claim waits for another's claim of the type to
--- commit, and never in a cycle); for a key, tried as the walk reaches it, and
--- a key another claim holds has no room for this one (it takes the key's jobs
--- next time). Locks are in the two-integer space: (1887005297, type) for a
--- type, (-type, hashtext(key)) for a key.
+-- front in type order (never in a cycle); for a key, tried as the walk
+-- reaches it, and a key another claim holds has no room for this one (it
+-- takes the key's jobs next time). A type lock another claim holds is waited
+-- for, but 50 ms at most in all, whatever the number of types: a claim
+-- committed in the usual few milliseconds lets the next one through, and one
+-- left open (a client claiming inside a long transaction, a paused debugger)
+-- costs the others 50 ms and that type's jobs until it ends; their claims take
+-- every other type's. Locks are in the two-integer space: (1887005297, type)
+-- for a type, (-type, hashtext(key)) for a key.
+--
+-- The RUNNING jobs are counted with the statement's snapshot, taken after the
+-- lock: only READ COMMITTED gives each statement its own. Under REPEATABLE
+-- READ or SERIALIZABLE the count would be the transaction's first snapshot's,
+-- which may predate claims committed since, so such a claim of a type with a
+-- concurrency limit is refused (JQ007) rather than let past its limit.
 --
 -- RUNNING jobs are counted: every way out of RUNNING only frees room, so a
 -- count read under the lock can only be high. Claims are counted in a sliding
@@ -2649,9 +2659,14 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
+-- Nothing but a type lock is waited for (below), and that 50 ms at most.
+set lock_timeout = '100ms'
 as $$
 declare
   c_visits constant int := 10000;  -- due jobs a claim looks at, at most
+  c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
+  v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
+  v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
   v_at timestamptz := p_now;       -- the claim's time
   v_type record;
   v_room jsonb := '{}';            -- room left, by "type" and "type/key", once counted
@@ -2673,6 +2688,17 @@ declare
   v_ids uuid[];
   v_mine text[];
 begin
+  if current_setting('transaction_isolation') <> 'read committed'
+     and exists (select from pyjobq.job_type t
+                  where t.job_type = any (p_types)
+                    and (t.max_running is not null or t.key_max_running is not null)) then
+    raise exception 'job_claim of a type with a concurrency limit needs READ COMMITTED, not %',
+                    upper(current_setting('transaction_isolation'))
+      using errcode = 'JQ007',
+            detail = 'Under it the RUNNING jobs would be counted with the transaction''s first snapshot, '
+                     'which misses claims committed since.',
+            hint = 'Claim in a transaction of its own, or at READ COMMITTED.';
+  end if;
   for v_type in
     select t.job_type, t.max_running, t.rate_limit
       from pyjobq.job_type t
@@ -2680,7 +2706,18 @@ begin
        and (t.max_running is not null or t.rate_limit is not null)
      order by t.job_type
   loop
-    perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+    if not pg_try_advisory_xact_lock(1887005297, v_type.job_type) then
+      begin
+        perform set_config('lock_timeout',
+                           greatest(1, ceil(extract(epoch from v_waited_until - clock_timestamp()) * 1000))::text
+                             || 'ms', true);
+        perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+        perform set_config('lock_timeout', '100ms', true);
+      exception when lock_not_available then
+        v_busy := v_busy || v_type.job_type;
+        continue;
+      end;
+    end if;
     if v_type.rate_limit is not null then
       -- A statement of its own: its snapshot follows the lock.
       v_at := greatest(v_at, (select w.claimed_at[cardinality(w.claimed_at)]
@@ -2688,6 +2725,7 @@ begin
                                where w.job_type = v_type.job_type and w.concurrency_key = ''));
     end if;
   end loop;
+  p_types := array(select t from unnest(p_types) t where t <> all (v_busy));
 
   for v_type in
     select t.job_type, t.max_running, t.key_max_running, t.rate_limit, t.rate_period, t.key_rate_limit,
@@ -2980,7 +3018,9 @@ $$;
 comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
   'job_claim for job types with concurrency or rate limits or fair share: takes up to p_limit due PENDING jobs, '
   'in claim order and the fair-share ones in their turns, while their type and concurrency key have room, '
-  'counted under advisory locks; looks at 10000 due jobs of each order at most.';
+  'counted under advisory locks; looks at 10000 due jobs of each order at most. A type whose lock another claim '
+  'holds for more than 50 ms is left out of this claim. Raises JQ007 for a type with a concurrency limit outside '
+  'READ COMMITTED.';
 
 -- One job taken: one less in the entries of its type and its key, where there are some.
 create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)

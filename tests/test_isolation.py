@@ -21,8 +21,8 @@ SCHEDULE = (
 )
 CALLS = {
     "claim": ([], "select * from pyjobq.job_claim(%s, 1)"),
-    "claim with a key limit": (
-        ["select pyjobq.job_type_set_limits(1, p_key_max_running => 1)"],
+    "claim with a rate limit": (
+        ["select pyjobq.job_type_set_limits(1, p_rate_limit => 10, p_rate_period => '1 hour')"],
         "select * from pyjobq.job_claim(%s, 1)",
     ),
     "schedule tick": ([SCHEDULE], "select * from pyjobq.job_schedule_tick() where %s::text <> ''"),
@@ -52,3 +52,26 @@ def test_a_snapshot_older_than_another_sessions_change_gets_40001(
     # The same call in READ COMMITTED, at the same point, goes through.
     fresh = make_conn()
     fresh.execute(statement, ("fresh",)).fetchall()
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+@pytest.mark.parametrize("limit", ["p_max_running", "p_key_max_running"])
+def test_a_claim_of_a_type_with_a_concurrency_limit_needs_read_committed(
+    conn: Conn, make_conn: Callable[[], Conn], isolation: str, limit: str
+) -> None:
+    """The interleaving that would count RUNNING jobs with a snapshot older than another
+    claim: refused with JQ007, which names the isolation level, and nothing changes."""
+    conn.execute(f"select pyjobq.job_type_set_limits(1, {limit} => 1)")
+    for _ in range(2):
+        conn.execute("select pyjobq.job_enqueue(1, '{}', p_concurrency_key => 'k')")
+    old = make_conn()
+    old.execute("begin isolation level " + isolation)
+    old.execute("select count(*) from pyjobq.job_types()")  # the snapshot is taken here
+    assert len(conn.execute("select * from pyjobq.job_claim('other', 1)").fetchall()) == 1
+    with pytest.raises(psycopg.Error, match=isolation.upper()) as refused:
+        old.execute("select * from pyjobq.job_claim('old', 1)").fetchall()
+    assert refused.value.sqlstate == "JQ007"
+    old.execute("rollback")
+    assert one(conn, "select count(*) from pyjobq.job_all where status = 2") == 1
+    # A claim in READ COMMITTED counts the other claim: the limit is reached.
+    assert make_conn().execute("select * from pyjobq.job_claim('fresh', 1)").fetchall() == []

@@ -221,3 +221,24 @@ def test_limits_hold_under_claimers_that_finish_fail_release_cancel_abandon_and_
     per_key = MOST_AT_ONCE.format(scope="concurrency_key", where="")
     assert one(conn, per_type) <= 5
     assert one(conn, per_key) <= 2
+
+
+def test_a_claim_left_open_costs_other_claims_its_types_jobs_never_a_wait(
+    conn: Conn, make_conn: Callable[[], Conn]
+) -> None:
+    """A client that claims a limited type inside its own transaction and keeps it open holds
+    the type's lock: a claim of every type beside it still returns the other types' jobs at
+    once (it waits for that lock 50 ms at most, then leaves the type out), and the limited
+    type's jobs as soon as the lock is free."""
+    set_limits(conn, 2, 10, None)
+    limited = enqueue_keyed(conn, [None, None], job_type=2)
+    plain = enqueue_keyed(conn, [None], job_type=1)
+    holder = make_conn()
+    holder.execute("begin")
+    holder.execute("select job_id from pyjobq.job_claim('holder', 1, null, array[2])").fetchall()
+    other = make_conn()
+    # A claim that waited for the holder would end here instead of returning.
+    other.execute("set statement_timeout = '10s'")
+    assert [j for j, _ in claim(other, 10, "other")] == plain
+    holder.execute("commit")
+    assert [j for j, _ in claim(other, 10, "other")] == limited[1:]

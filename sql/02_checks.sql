@@ -268,6 +268,71 @@ comment on function pyjobq._check_lease_tokens(uuid[], int) is
   'Raises 22023 unless p_lease_tokens is null or has p_count elements, and 22004 as _check_lease_token does '
   'when it is null or holds a null.';
 
+-- The arguments a holder's call on many jobs takes: p_worker_id, 1 to 10000
+-- job ids, an attempt per job and a lease token per job (or none, where
+-- job_settings accepts it), each array renumbered from 1. The checks that
+-- name a fault run only where there may be one: this is on every
+-- completion's path, and each call of a check costs microseconds.
+create function pyjobq._check_held_batch(
+  inout p_job_ids uuid[],
+  inout p_attempts int[],
+  inout p_lease_tokens uuid[],
+  p_worker_id text
+)
+returns record
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if array_lower(p_job_ids, 1) <> 1 or array_ndims(p_job_ids) > 1 then
+    p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  end if;
+  if array_lower(p_attempts, 1) <> 1 or array_ndims(p_attempts) > 1 then
+    p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  end if;
+  if array_lower(p_lease_tokens, 1) <> 1 or array_ndims(p_lease_tokens) > 1 then
+    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
+  end if;
+  v_count := coalesce(cardinality(p_job_ids), 0);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  if p_lease_tokens is null or cardinality(p_lease_tokens) <> v_count
+     or array_position(p_lease_tokens, null) is not null then
+    perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_held_batch(uuid[], int[], uuid[], text) is
+  'Checks the arguments of a holder''s call on many jobs (p_worker_id, 1..10000 p_job_ids, as many p_attempts '
+  'and p_lease_tokens) as _check_text, _check_range, _check_same_length and _check_lease_tokens do, and returns '
+  'the arrays renumbered from 1 (_check_array).';
+
+
+-- The arguments a holder's call on one job takes: p_worker_id, the attempt
+-- job_claim returned, and its lease token (or none, where job_settings
+-- accepts it).
+create function pyjobq._check_holder(p_worker_id text, p_attempt int, p_lease_token uuid)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+end;
+$$;
+
+comment on function pyjobq._check_holder(text, int, uuid) is
+  'Checks the arguments of a holder''s call on one job: p_worker_id as _check_text, p_attempt 1..32767, and '
+  'p_lease_token as _check_lease_token.';
+
 -- Why a transition on a job did not happen: raised after a guarded update
 -- matched no row, so the caller learns whether the job is gone, already
 -- finished by this very attempt, or no longer theirs.

@@ -15,13 +15,15 @@ create type pyjobq.job_end as (
   outcome text,
   result jsonb,
   error text,
-  delay interval
+  delay interval,
+  waiting int
 );
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
   'when null), the outcome (done, failed, dead, released, expired or cancelled), the result of a done attempt, '
-  'the error of a failed one and the delay before its retry (null: the type''s backoff).';
+  'the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff), and the '
+  'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
 -- worker p_worker_id (of any worker when null: the reaper) with lease token
@@ -92,8 +94,9 @@ comment on function pyjobq._ended_by(uuid, text, int, uuid, smallint[]) is
   'p_lease_token (any when null), ended job p_job_id of a type outside p_denied; null if it did not.';
 
 create function pyjobq._finish(p_worker_id text, p_ends pyjobq.job_end[], p_now timestamptz,
-                               p_denied smallint[])
-returns table (ord int, job_id uuid, attempt int, job_type smallint, status smallint, run_after timestamptz)
+                               p_denied smallint[], p_follow boolean default true)
+returns table (ord int, job_id uuid, attempt int, job_type smallint, status smallint, run_after timestamptz,
+               followed boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -112,7 +115,8 @@ begin
   with input as (
     -- An attempt named twice ends once, as its first mention says.
     select distinct on (e.job_id, e.attempt) e.*
-      from unnest(p_ends) with ordinality as e(job_id, attempt, lease_token, outcome, result, error, delay, ord)
+      from unnest(p_ends) with ordinality
+           as e(job_id, attempt, lease_token, outcome, result, error, delay, waiting, ord)
      order by e.job_id, e.attempt, e.ord
   ), ended as (
     delete from pyjobq.job j
@@ -124,10 +128,11 @@ begin
               case when i.outcome = 'done' then i.result else j.result end as result,
               case i.outcome
                 when 'done' then j.last_error
-                when 'cancelled' then coalesce(j.last_error, 'cancelled')
+                when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
-              end as error
+              end as error,
+              coalesce(i.waiting, j.waiting_on) as waiting
   ), retried as (
     update pyjobq.job j
        set status = 1,
@@ -149,12 +154,12 @@ begin
     returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
-           true as ends, d.row, d.result, d.error,
+           true as ends, d.row, d.result, d.error, d.waiting,
            (d.row).has_dependants or (d.row).batch_id is not null as followed
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, false
+           false, null, null, null, null, false
       from retried r
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
@@ -170,7 +175,8 @@ begin
                                    then array_agg(m.result) filter (where m.ends) end,
                               case when bool_or(m.outcome <> 'done')
                                    then array_agg(m.error) filter (where m.ends) end,
-                              null,
+                              case when bool_or(m.outcome = 'cancelled')
+                                   then array_agg(m.waiting) filter (where m.ends) end,
                               case when bool_or(m.outcome = 'expired')
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
@@ -178,23 +184,24 @@ begin
                                                             and (m.outcome <> 'released' or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
                                                           and (m.outcome <> 'released' or m.status = 4))),
-           case when bool_or(m.followed)
+           case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
               from (select r.job_type, min(r.run_after) as due from retried r group by r.job_type) r)
       from moved m
   )
-  select m.ord::int, m.job_id, m.attempts::int, m.job_type, m.status, m.run_after
+  select m.ord::int, m.job_id, m.attempts::int, m.job_type, m.status, m.run_after, m.followed
     from moved m
    cross join followed;
 end;
 $$;
 
-comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint[]) is
+comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint[], boolean) is
   'Ends the attempts p_ends that p_worker_id (any worker when null) holds, of types outside p_denied, as their '
   'outcomes say (a cancelled one whatever its status): DONE, DEAD or CANCELLED into the history, or PENDING '
-  'again; counts them in job_stat, follows up dependants and batches, announces retries. Returns one row per '
-  'attempt it moved, with its position in p_ends and its new status.';
+  'again; counts them in job_stat, follows up dependants and batches (unless p_follow is false: the cascade '
+  'follows up its own, a generation at a time), announces retries. Returns one row per attempt it moved, with '
+  'its position in p_ends, its new status and whether its end is to be followed up.';
 
 create function pyjobq.job_finish_many(
   p_worker_id text,
@@ -219,12 +226,10 @@ declare
   v_count int := coalesce(cardinality(p_job_ids), 0);
   v_bad int;
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
   p_outcomes := pyjobq._check_array('p_outcomes', p_outcomes);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
   perform pyjobq._check_same_length('p_outcomes', coalesce(cardinality(p_outcomes), 0), v_count);
   -- Null: none given; else one, possibly null, per job.
   if p_results is not null then
@@ -247,10 +252,6 @@ begin
               hint = 'Leave it null for the default exponential backoff.';
     end if;
   end if;
-  if p_lease_tokens is not null then
-    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  end if;
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
   if not (p_outcomes <@ array['done', 'failed', 'dead'] and array_position(p_outcomes, null) is null) then
     v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead')
                                     from unnest(p_outcomes) o), false);
@@ -265,7 +266,7 @@ begin
     select f.job_id, f.attempt, f.status, f.run_after
       from pyjobq._finish(p_worker_id,
                           array(select row(u.id, u.attempt, u.token, u.outcome, u.result, u.error,
-                                           make_interval(secs => u.delay))::pyjobq.job_end
+                                           make_interval(secs => u.delay), null)::pyjobq.job_end
                                   from unnest(p_job_ids, p_attempts, p_lease_tokens, p_outcomes, p_results,
                                               p_errors, p_retry_delays_seconds)
                                        with ordinality as u(id, attempt, token, outcome, result, error, delay, ord)
@@ -373,13 +374,11 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not exists (select
                    from pyjobq._finish(p_worker_id,
                                        array[row(p_job_id, p_attempt, p_lease_token, 'done', p_result, null,
-                                                 null)::pyjobq.job_end],
+                                                 null, null)::pyjobq.job_end],
                                        pyjobq.clock_now(), pyjobq._denied_types('work'))) then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
@@ -409,9 +408,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not (p_retry_delay_seconds between 0 and 31536000) then
     raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
       using errcode = '22023',
@@ -423,7 +420,7 @@ begin
     from pyjobq._finish(p_worker_id,
                         array[row(p_job_id, p_attempt, p_lease_token,
                                   case when p_dead_letter then 'dead' else 'failed' end, null, p_error,
-                                  make_interval(secs => p_retry_delay_seconds))::pyjobq.job_end],
+                                  make_interval(secs => p_retry_delay_seconds), null)::pyjobq.job_end],
                         pyjobq.clock_now(), pyjobq._denied_types('work')) f;
   if status is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
@@ -452,16 +449,10 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
-declare
-  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
 
   -- The try is given back; the claim counter, the fencing token, is not: a
   -- job whose counter is spent can never be claimed again, and is DEAD.
@@ -469,7 +460,7 @@ begin
   with released as materialized (
     select f.job_id, f.attempt
       from pyjobq._finish(p_worker_id,
-                          array(select row(u.id, u.attempt, u.token, 'released', null, null, null)::pyjobq.job_end
+                          array(select row(u.id, u.attempt, u.token, 'released', null, null, null, null)::pyjobq.job_end
                                   from unnest(p_job_ids, p_attempts, p_lease_tokens)
                                        with ordinality as u(id, attempt, token, ord)
                                  order by u.ord),
@@ -502,9 +493,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not (select r.released
             from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
                                          case when p_lease_token is not null then array[p_lease_token] end) r) then
@@ -549,7 +538,7 @@ begin
   select array_agg(r.job_id), array_agg(r.worker_id::text),
          array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
                        format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
-                       null)::pyjobq.job_end)
+                       null, null)::pyjobq.job_end)
     into v_ids, v_workers, v_ends
     from (select k.job_id, k.worker_id, k.attempts, k.lease_token
             from pyjobq.job k

@@ -25,16 +25,11 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_lease int := coalesce(p_lease_seconds, 300);
-  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
@@ -88,9 +83,7 @@ as $$
 declare
   v_lease_until timestamptz;
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   select r.lease_until
     into v_lease_until
     from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds,

@@ -432,7 +432,7 @@ begin
   select coalesce(array_agg(f.job_id), '{}')
     into v_cancelled
     from pyjobq._finish(null,
-                        array(select row(c.id, null, null, 'cancelled', null, null, null)::pyjobq.job_end
+                        array(select row(c.id, null, null, 'cancelled', null, null, null, null)::pyjobq.job_end
                                 from unnest(v_locked) as c(id)),
                         v_now, '{}') f;
   -- One line in the audit log for the call.

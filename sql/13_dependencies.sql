@@ -403,7 +403,7 @@ as $$
 declare
   v_ended uuid[] := p_ended;
   v_members uuid[] := p_ended;
-  v_cancelled uuid[];
+  v_ends pyjobq.job_end[];
   v_types smallint[];
   v_type smallint;
 begin
@@ -451,25 +451,21 @@ begin
          and c.status = 6
          and not n.cancels
       returning c.job_id, c.status, c.job_type
-    ), cancelled as (
-      -- A parent that ended DEAD or CANCELLED ends the child CANCELLED.
-      delete from pyjobq.job c
-       using locked n
-       where c.job_id = n.job_id
-         and c.status = 6
-         and n.cancels
-      returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
-    ), moved as (
-      select pyjobq._to_history(array_agg(x.ended), array_agg(5::smallint), p_now, null, array_agg(x.failure),
-                                array_agg(x.waiting)),
-             array_agg(x.job_id) filter (where x.has_dependants) as next,
-             array_agg(x.job_id) filter (where x.batch_id is not null) as members
-        from cancelled x
     )
-    select m.next, m.members, (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch)
-      into v_ended, v_cancelled, v_types
-      from moved m;
-    v_members := v_members || v_cancelled;
+    select (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch),
+           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null,
+                            c.waiting_on - n.resolved)::pyjobq.job_end
+                   from locked n
+                   join pyjobq.job c on c.job_id = n.job_id
+                  where n.cancels)
+      into v_types, v_ends;
+    -- A parent that ended DEAD or CANCELLED ends the child CANCELLED, through
+    -- the one way out; what follows its end (its dependants, its batch) is
+    -- the next round's.
+    select coalesce(array_agg(f.job_id) filter (where f.followed), '{}')
+      into v_ended
+      from pyjobq._finish(null, v_ends, p_now, '{}', false) f;
+    v_members := v_members || v_ended;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
     end loop;

@@ -784,6 +784,71 @@ comment on function pyjobq._check_lease_tokens(uuid[], int) is
   'Raises 22023 unless p_lease_tokens is null or has p_count elements, and 22004 as _check_lease_token does '
   'when it is null or holds a null.';
 
+-- The arguments a holder's call on many jobs takes: p_worker_id, 1 to 10000
+-- job ids, an attempt per job and a lease token per job (or none, where
+-- job_settings accepts it), each array renumbered from 1. The checks that
+-- name a fault run only where there may be one: this is on every
+-- completion's path, and each call of a check costs microseconds.
+create function pyjobq._check_held_batch(
+  inout p_job_ids uuid[],
+  inout p_attempts int[],
+  inout p_lease_tokens uuid[],
+  p_worker_id text
+)
+returns record
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_count int;
+begin
+  if array_lower(p_job_ids, 1) <> 1 or array_ndims(p_job_ids) > 1 then
+    p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  end if;
+  if array_lower(p_attempts, 1) <> 1 or array_ndims(p_attempts) > 1 then
+    p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  end if;
+  if array_lower(p_lease_tokens, 1) <> 1 or array_ndims(p_lease_tokens) > 1 then
+    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
+  end if;
+  v_count := coalesce(cardinality(p_job_ids), 0);
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
+  if p_lease_tokens is null or cardinality(p_lease_tokens) <> v_count
+     or array_position(p_lease_tokens, null) is not null then
+    perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_held_batch(uuid[], int[], uuid[], text) is
+  'Checks the arguments of a holder''s call on many jobs (p_worker_id, 1..10000 p_job_ids, as many p_attempts '
+  'and p_lease_tokens) as _check_text, _check_range, _check_same_length and _check_lease_tokens do, and returns '
+  'the arrays renumbered from 1 (_check_array).';
+
+
+-- The arguments a holder's call on one job takes: p_worker_id, the attempt
+-- job_claim returned, and its lease token (or none, where job_settings
+-- accepts it).
+create function pyjobq._check_holder(p_worker_id text, p_attempt int, p_lease_token uuid)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
+  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+end;
+$$;
+
+comment on function pyjobq._check_holder(text, int, uuid) is
+  'Checks the arguments of a holder''s call on one job: p_worker_id as _check_text, p_attempt 1..32767, and '
+  'p_lease_token as _check_lease_token.';
+
 -- Why a transition on a job did not happen: raised after a guarded update
 -- matched no row, so the caller learns whether the job is gone, already
 -- finished by this very attempt, or no longer theirs.
@@ -3054,13 +3119,15 @@ create type pyjobq.job_end as (
   outcome text,
   result jsonb,
   error text,
-  delay interval
+  delay interval,
+  waiting int
 );
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
   'when null), the outcome (done, failed, dead, released, expired or cancelled), the result of a done attempt, '
-  'the error of a failed one and the delay before its retry (null: the type''s backoff).';
+  'the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff), and the '
+  'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
 -- worker p_worker_id (of any worker when null: the reaper) with lease token
@@ -3131,8 +3198,9 @@ comment on function pyjobq._ended_by(uuid, text, int, uuid, smallint[]) is
   'p_lease_token (any when null), ended job p_job_id of a type outside p_denied; null if it did not.';
 
 create function pyjobq._finish(p_worker_id text, p_ends pyjobq.job_end[], p_now timestamptz,
-                               p_denied smallint[])
-returns table (ord int, job_id uuid, attempt int, job_type smallint, status smallint, run_after timestamptz)
+                               p_denied smallint[], p_follow boolean default true)
+returns table (ord int, job_id uuid, attempt int, job_type smallint, status smallint, run_after timestamptz,
+               followed boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -3151,7 +3219,8 @@ begin
   with input as (
     -- An attempt named twice ends once, as its first mention says.
     select distinct on (e.job_id, e.attempt) e.*
-      from unnest(p_ends) with ordinality as e(job_id, attempt, lease_token, outcome, result, error, delay, ord)
+      from unnest(p_ends) with ordinality
+           as e(job_id, attempt, lease_token, outcome, result, error, delay, waiting, ord)
      order by e.job_id, e.attempt, e.ord
   ), ended as (
     delete from pyjobq.job j
@@ -3163,10 +3232,11 @@ begin
               case when i.outcome = 'done' then i.result else j.result end as result,
               case i.outcome
                 when 'done' then j.last_error
-                when 'cancelled' then coalesce(j.last_error, 'cancelled')
+                when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
-              end as error
+              end as error,
+              coalesce(i.waiting, j.waiting_on) as waiting
   ), retried as (
     update pyjobq.job j
        set status = 1,
@@ -3188,12 +3258,12 @@ begin
     returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
-           true as ends, d.row, d.result, d.error,
+           true as ends, d.row, d.result, d.error, d.waiting,
            (d.row).has_dependants or (d.row).batch_id is not null as followed
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, false
+           false, null, null, null, null, false
       from retried r
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
@@ -3209,7 +3279,8 @@ begin
                                    then array_agg(m.result) filter (where m.ends) end,
                               case when bool_or(m.outcome <> 'done')
                                    then array_agg(m.error) filter (where m.ends) end,
-                              null,
+                              case when bool_or(m.outcome = 'cancelled')
+                                   then array_agg(m.waiting) filter (where m.ends) end,
                               case when bool_or(m.outcome = 'expired')
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
@@ -3217,23 +3288,24 @@ begin
                                                             and (m.outcome <> 'released' or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
                                                           and (m.outcome <> 'released' or m.status = 4))),
-           case when bool_or(m.followed)
+           case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
               from (select r.job_type, min(r.run_after) as due from retried r group by r.job_type) r)
       from moved m
   )
-  select m.ord::int, m.job_id, m.attempts::int, m.job_type, m.status, m.run_after
+  select m.ord::int, m.job_id, m.attempts::int, m.job_type, m.status, m.run_after, m.followed
     from moved m
    cross join followed;
 end;
 $$;
 
-comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint[]) is
+comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint[], boolean) is
   'Ends the attempts p_ends that p_worker_id (any worker when null) holds, of types outside p_denied, as their '
   'outcomes say (a cancelled one whatever its status): DONE, DEAD or CANCELLED into the history, or PENDING '
-  'again; counts them in job_stat, follows up dependants and batches, announces retries. Returns one row per '
-  'attempt it moved, with its position in p_ends and its new status.';
+  'again; counts them in job_stat, follows up dependants and batches (unless p_follow is false: the cascade '
+  'follows up its own, a generation at a time), announces retries. Returns one row per attempt it moved, with '
+  'its position in p_ends, its new status and whether its end is to be followed up.';
 
 create function pyjobq.job_finish_many(
   p_worker_id text,
@@ -3258,12 +3330,10 @@ declare
   v_count int := coalesce(cardinality(p_job_ids), 0);
   v_bad int;
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
   p_outcomes := pyjobq._check_array('p_outcomes', p_outcomes);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
   perform pyjobq._check_same_length('p_outcomes', coalesce(cardinality(p_outcomes), 0), v_count);
   -- Null: none given; else one, possibly null, per job.
   if p_results is not null then
@@ -3286,10 +3356,6 @@ begin
               hint = 'Leave it null for the default exponential backoff.';
     end if;
   end if;
-  if p_lease_tokens is not null then
-    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  end if;
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
   if not (p_outcomes <@ array['done', 'failed', 'dead'] and array_position(p_outcomes, null) is null) then
     v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead')
                                     from unnest(p_outcomes) o), false);
@@ -3304,7 +3370,7 @@ begin
     select f.job_id, f.attempt, f.status, f.run_after
       from pyjobq._finish(p_worker_id,
                           array(select row(u.id, u.attempt, u.token, u.outcome, u.result, u.error,
-                                           make_interval(secs => u.delay))::pyjobq.job_end
+                                           make_interval(secs => u.delay), null)::pyjobq.job_end
                                   from unnest(p_job_ids, p_attempts, p_lease_tokens, p_outcomes, p_results,
                                               p_errors, p_retry_delays_seconds)
                                        with ordinality as u(id, attempt, token, outcome, result, error, delay, ord)
@@ -3412,13 +3478,11 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not exists (select
                    from pyjobq._finish(p_worker_id,
                                        array[row(p_job_id, p_attempt, p_lease_token, 'done', p_result, null,
-                                                 null)::pyjobq.job_end],
+                                                 null, null)::pyjobq.job_end],
                                        pyjobq.clock_now(), pyjobq._denied_types('work'))) then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
   end if;
@@ -3448,9 +3512,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not (p_retry_delay_seconds between 0 and 31536000) then
     raise exception 'p_retry_delay_seconds must be between 0 and 31536000'
       using errcode = '22023',
@@ -3462,7 +3524,7 @@ begin
     from pyjobq._finish(p_worker_id,
                         array[row(p_job_id, p_attempt, p_lease_token,
                                   case when p_dead_letter then 'dead' else 'failed' end, null, p_error,
-                                  make_interval(secs => p_retry_delay_seconds))::pyjobq.job_end],
+                                  make_interval(secs => p_retry_delay_seconds), null)::pyjobq.job_end],
                         pyjobq.clock_now(), pyjobq._denied_types('work')) f;
   if status is null then
     perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
@@ -3491,16 +3553,10 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
-declare
-  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
 
   -- The try is given back; the claim counter, the fencing token, is not: a
   -- job whose counter is spent can never be claimed again, and is DEAD.
@@ -3508,7 +3564,7 @@ begin
   with released as materialized (
     select f.job_id, f.attempt
       from pyjobq._finish(p_worker_id,
-                          array(select row(u.id, u.attempt, u.token, 'released', null, null, null)::pyjobq.job_end
+                          array(select row(u.id, u.attempt, u.token, 'released', null, null, null, null)::pyjobq.job_end
                                   from unnest(p_job_ids, p_attempts, p_lease_tokens)
                                        with ordinality as u(id, attempt, token, ord)
                                  order by u.ord),
@@ -3541,9 +3597,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set lock_timeout = '5s'
 as $$
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   if not (select r.released
             from pyjobq.job_release_many(p_worker_id, array[p_job_id], array[p_attempt],
                                          case when p_lease_token is not null then array[p_lease_token] end) r) then
@@ -3588,7 +3642,7 @@ begin
   select array_agg(r.job_id), array_agg(r.worker_id::text),
          array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
                        format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
-                       null)::pyjobq.job_end)
+                       null, null)::pyjobq.job_end)
     into v_ids, v_workers, v_ends
     from (select k.job_id, k.worker_id, k.attempts, k.lease_token
             from pyjobq.job k
@@ -3644,16 +3698,11 @@ declare
   v_now timestamptz := pyjobq.clock_now();
   v_denied smallint[] := pyjobq._denied_types('work');
   v_lease int := coalesce(p_lease_seconds, 300);
-  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
+  select c.p_job_ids, c.p_attempts, c.p_lease_tokens
+    into p_job_ids, p_attempts, p_lease_tokens
+    from pyjobq._check_held_batch(p_job_ids, p_attempts, p_lease_tokens, p_worker_id) c;
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
-  perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 
   return query
   with input as (
@@ -3707,9 +3756,7 @@ as $$
 declare
   v_lease_until timestamptz;
 begin
-  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
-  perform pyjobq._check_range('p_attempt', p_attempt, 1, 32767);
-  perform pyjobq._check_lease_token('p_lease_token', p_lease_token is null);
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   select r.lease_until
     into v_lease_until
     from pyjobq.job_renew_lease_many(p_worker_id, array[p_job_id], array[p_attempt], p_lease_seconds,
@@ -4161,7 +4208,7 @@ begin
   select coalesce(array_agg(f.job_id), '{}')
     into v_cancelled
     from pyjobq._finish(null,
-                        array(select row(c.id, null, null, 'cancelled', null, null, null)::pyjobq.job_end
+                        array(select row(c.id, null, null, 'cancelled', null, null, null, null)::pyjobq.job_end
                                 from unnest(v_locked) as c(id)),
                         v_now, '{}') f;
   -- One line in the audit log for the call.
@@ -5717,7 +5764,7 @@ as $$
 declare
   v_ended uuid[] := p_ended;
   v_members uuid[] := p_ended;
-  v_cancelled uuid[];
+  v_ends pyjobq.job_end[];
   v_types smallint[];
   v_type smallint;
 begin
@@ -5765,25 +5812,21 @@ begin
          and c.status = 6
          and not n.cancels
       returning c.job_id, c.status, c.job_type
-    ), cancelled as (
-      -- A parent that ended DEAD or CANCELLED ends the child CANCELLED.
-      delete from pyjobq.job c
-       using locked n
-       where c.job_id = n.job_id
-         and c.status = 6
-         and n.cancels
-      returning c as ended, c.job_id, c.has_dependants, c.batch_id, n.failure, c.waiting_on - n.resolved as waiting
-    ), moved as (
-      select pyjobq._to_history(array_agg(x.ended), array_agg(5::smallint), p_now, null, array_agg(x.failure),
-                                array_agg(x.waiting)),
-             array_agg(x.job_id) filter (where x.has_dependants) as next,
-             array_agg(x.job_id) filter (where x.batch_id is not null) as members
-        from cancelled x
     )
-    select m.next, m.members, (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch)
-      into v_ended, v_cancelled, v_types
-      from moved m;
-    v_members := v_members || v_cancelled;
+    select (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch),
+           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null,
+                            c.waiting_on - n.resolved)::pyjobq.job_end
+                   from locked n
+                   join pyjobq.job c on c.job_id = n.job_id
+                  where n.cancels)
+      into v_types, v_ends;
+    -- A parent that ended DEAD or CANCELLED ends the child CANCELLED, through
+    -- the one way out; what follows its end (its dependants, its batch) is
+    -- the next round's.
+    select coalesce(array_agg(f.job_id) filter (where f.followed), '{}')
+      into v_ended
+      from pyjobq._finish(null, v_ends, p_now, '{}', false) f;
+    v_members := v_members || v_ended;
     foreach v_type in array coalesce(v_types, '{}') loop
       perform pyjobq._announce(v_type, p_now, p_now);
     end loop;

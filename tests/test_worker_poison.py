@@ -248,15 +248,29 @@ def test_a_refused_call_is_retried_and_fails_no_job(
 ) -> None:
     # Not a job's fault: the worker's role loses the right to complete. Nothing is failed for
     # it; the completions wait, the worker keeps running, and they go through once it is back.
-    complete_many = "pyjobq.job_complete_many(text, uuid[], int[], jsonb[], uuid[])"
+    # The function the worker's flushes call: completions and failures alike.
+    finish_many = (
+        "pyjobq.job_finish_many(text, uuid[], int[], text[], jsonb[], text[], double precision[],"
+        " uuid[])"
+    )
     worker_dsn = login_role("pyjobq_worker")
     JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": i} for i in range(GOOD)])
-    worker = Worker(worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4)
-    db.execute(f"revoke execute on function {complete_many} from pyjobq_worker")
+    refused: list[str] = []
+
+    class Refusals(WorkerHooks):
+        def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
+            if error is not None:
+                refused.append(statement)
+
+    worker = Worker(
+        worker_dsn, {JobType.SEARCH: handler_returning(None)}, concurrency=4, hooks=Refusals()
+    )
+    db.execute(f"revoke execute on function {finish_many} from pyjobq_worker")
     with running(worker) as r:
-        wait_for(lambda: worker.metrics.started >= 4, "jobs to run")
+        wait_for(lambda: "finish" in refused, "a flush refused")
         wait_for(lambda: statuses(db).get(2, 0) >= 4, "finished jobs held RUNNING")
-        db.execute(f"grant execute on function {complete_many} to pyjobq_worker")
+        assert worker.metrics.completed == 0
+        db.execute(f"grant execute on function {finish_many} to pyjobq_worker")
         wait_for(lambda: statuses(db) == {3: GOOD}, "every job DONE after the grant")
         metrics = r.stop()
     assert metrics.completed == GOOD

@@ -10,9 +10,7 @@
 -- The dependency cascade ends the children it cancels through _finish too,
 -- a generation at a time (p_follow false), the count of parents they still
 -- waited for carried in job_end. And the holders' calls check their common
--- arguments with one function each (_check_holder, _check_held_batch), which
--- on the path of every completion calls the checks that name a fault only
--- where there may be one.
+-- arguments with one function each (_check_holder, _check_held_batch).
 
 alter type pyjobq.job_end add attribute waiting int;
 
@@ -53,25 +51,15 @@ stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_count int;
+  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  if array_lower(p_job_ids, 1) <> 1 or array_ndims(p_job_ids) > 1 then
-    p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  end if;
-  if array_lower(p_attempts, 1) <> 1 or array_ndims(p_attempts) > 1 then
-    p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  end if;
-  if array_lower(p_lease_tokens, 1) <> 1 or array_ndims(p_lease_tokens) > 1 then
-    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  end if;
-  v_count := coalesce(cardinality(p_job_ids), 0);
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  if p_lease_tokens is null or cardinality(p_lease_tokens) <> v_count
-     or array_position(p_lease_tokens, null) is not null then
-    perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-  end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 end;
 $$;
 
@@ -708,7 +696,7 @@ begin
       -- Each child with what resolved for it, in one row: the statements below
       -- find each child by its key, never by walking two lists against each
       -- other (a parent of 10,000 children would make that quadratic).
-      select c.job_id, n.resolved, n.failure,
+      select c.job_id, n.resolved, n.failure, c.waiting_on - n.resolved as waiting,
              n.failure is not null and not c.run_on_parent_failure as cancels
         from pyjobq.job c
         join per_child n on n.child_id = c.job_id
@@ -730,10 +718,8 @@ begin
       returning c.job_id, c.status, c.job_type
     )
     select (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch),
-           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null,
-                            c.waiting_on - n.resolved)::pyjobq.job_end
+           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null, n.waiting)::pyjobq.job_end
                    from locked n
-                   join pyjobq.job c on c.job_id = n.job_id
                   where n.cancels)
       into v_types, v_ends;
     -- A parent that ended DEAD or CANCELLED ends the child CANCELLED, through

@@ -270,9 +270,7 @@ comment on function pyjobq._check_lease_tokens(uuid[], int) is
 
 -- The arguments a holder's call on many jobs takes: p_worker_id, 1 to 10000
 -- job ids, an attempt per job and a lease token per job (or none, where
--- job_settings accepts it), each array renumbered from 1. The checks that
--- name a fault run only where there may be one: this is on every
--- completion's path, and each call of a check costs microseconds.
+-- job_settings accepts it), each array renumbered from 1.
 create function pyjobq._check_held_batch(
   inout p_job_ids uuid[],
   inout p_attempts int[],
@@ -285,25 +283,15 @@ stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_count int;
+  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  if array_lower(p_job_ids, 1) <> 1 or array_ndims(p_job_ids) > 1 then
-    p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  end if;
-  if array_lower(p_attempts, 1) <> 1 or array_ndims(p_attempts) > 1 then
-    p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  end if;
-  if array_lower(p_lease_tokens, 1) <> 1 or array_ndims(p_lease_tokens) > 1 then
-    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  end if;
-  v_count := coalesce(cardinality(p_job_ids), 0);
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  if p_lease_tokens is null or cardinality(p_lease_tokens) <> v_count
-     or array_position(p_lease_tokens, null) is not null then
-    perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-  end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 end;
 $$;
 

@@ -357,7 +357,7 @@ comment on function pyjobq.job_fail_many(text, uuid[], int[], text[], double pre
   'job_fail for up to 10000 attempts in one call, each with the error, retry delay (0..31536000 seconds, null: '
   'the type''s backoff), dead letter flag and lease token at its position. Returns every input job id in input '
   'order with its new status (1 PENDING, 4 DEAD) and run_after, or a null status for a job no longer held (left '
-  'unchanged); an attempt this holder already made DEAD is reported DEAD.';
+  'unchanged); an attempt this holder already ended is reported with the status it ended in.';
 
 create function pyjobq.job_complete(
   p_job_id uuid,

@@ -431,7 +431,7 @@ begin
       -- Each child with what resolved for it, in one row: the statements below
       -- find each child by its key, never by walking two lists against each
       -- other (a parent of 10,000 children would make that quadratic).
-      select c.job_id, n.resolved, n.failure,
+      select c.job_id, n.resolved, n.failure, c.waiting_on - n.resolved as waiting,
              n.failure is not null and not c.run_on_parent_failure as cancels
         from pyjobq.job c
         join per_child n on n.child_id = c.job_id
@@ -453,10 +453,8 @@ begin
       returning c.job_id, c.status, c.job_type
     )
     select (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch),
-           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null,
-                            c.waiting_on - n.resolved)::pyjobq.job_end
+           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null, n.waiting)::pyjobq.job_end
                    from locked n
-                   join pyjobq.job c on c.job_id = n.job_id
                   where n.cancels)
       into v_types, v_ends;
     -- A parent that ended DEAD or CANCELLED ends the child CANCELLED, through

@@ -786,9 +786,7 @@ comment on function pyjobq._check_lease_tokens(uuid[], int) is
 
 -- The arguments a holder's call on many jobs takes: p_worker_id, 1 to 10000
 -- job ids, an attempt per job and a lease token per job (or none, where
--- job_settings accepts it), each array renumbered from 1. The checks that
--- name a fault run only where there may be one: this is on every
--- completion's path, and each call of a check costs microseconds.
+-- job_settings accepts it), each array renumbered from 1.
 create function pyjobq._check_held_batch(
   inout p_job_ids uuid[],
   inout p_attempts int[],
@@ -801,25 +799,15 @@ stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_count int;
+  v_count int := coalesce(cardinality(p_job_ids), 0);
 begin
-  if array_lower(p_job_ids, 1) <> 1 or array_ndims(p_job_ids) > 1 then
-    p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
-  end if;
-  if array_lower(p_attempts, 1) <> 1 or array_ndims(p_attempts) > 1 then
-    p_attempts := pyjobq._check_array('p_attempts', p_attempts);
-  end if;
-  if array_lower(p_lease_tokens, 1) <> 1 or array_ndims(p_lease_tokens) > 1 then
-    p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
-  end if;
-  v_count := coalesce(cardinality(p_job_ids), 0);
+  p_job_ids := pyjobq._check_array('p_job_ids', p_job_ids);
+  p_attempts := pyjobq._check_array('p_attempts', p_attempts);
+  p_lease_tokens := pyjobq._check_array('p_lease_tokens', p_lease_tokens);
   perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
   perform pyjobq._check_range('cardinality(p_job_ids)', v_count, 1, 10000);
   perform pyjobq._check_same_length('p_attempts', coalesce(cardinality(p_attempts), 0), v_count);
-  if p_lease_tokens is null or cardinality(p_lease_tokens) <> v_count
-     or array_position(p_lease_tokens, null) is not null then
-    perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
-  end if;
+  perform pyjobq._check_lease_tokens(p_lease_tokens, v_count);
 end;
 $$;
 
@@ -3461,7 +3449,7 @@ comment on function pyjobq.job_fail_many(text, uuid[], int[], text[], double pre
   'job_fail for up to 10000 attempts in one call, each with the error, retry delay (0..31536000 seconds, null: '
   'the type''s backoff), dead letter flag and lease token at its position. Returns every input job id in input '
   'order with its new status (1 PENDING, 4 DEAD) and run_after, or a null status for a job no longer held (left '
-  'unchanged); an attempt this holder already made DEAD is reported DEAD.';
+  'unchanged); an attempt this holder already ended is reported with the status it ended in.';
 
 create function pyjobq.job_complete(
   p_job_id uuid,
@@ -5792,7 +5780,7 @@ begin
       -- Each child with what resolved for it, in one row: the statements below
       -- find each child by its key, never by walking two lists against each
       -- other (a parent of 10,000 children would make that quadratic).
-      select c.job_id, n.resolved, n.failure,
+      select c.job_id, n.resolved, n.failure, c.waiting_on - n.resolved as waiting,
              n.failure is not null and not c.run_on_parent_failure as cancels
         from pyjobq.job c
         join per_child n on n.child_id = c.job_id
@@ -5814,10 +5802,8 @@ begin
       returning c.job_id, c.status, c.job_type
     )
     select (select array_agg(distinct ch.job_type) filter (where ch.status = 1) from changed ch),
-           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null,
-                            c.waiting_on - n.resolved)::pyjobq.job_end
+           array(select row(n.job_id, null, null, 'cancelled', null, n.failure, null, n.waiting)::pyjobq.job_end
                    from locked n
-                   join pyjobq.job c on c.job_id = n.job_id
                   where n.cancels)
       into v_types, v_ends;
     -- A parent that ended DEAD or CANCELLED ends the child CANCELLED, through

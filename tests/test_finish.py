@@ -4,8 +4,10 @@ what every way out records the same way (history, finish counts, announcements).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -17,6 +19,7 @@ from tests.sqlhelp import (
     freeze,
     one,
     one_row,
+    raises_sqlstate,
     table_snapshot,
 )
 
@@ -197,3 +200,46 @@ def test_every_retry_is_announced_once_per_type_whoever_makes_it(conn: Conn) -> 
     assert payloads[1] == "1"
     assert payloads[2].startswith("1@")  # the reaped one, after its backoff
     assert one(conn, "select status from pyjobq.job where job_id = %s", (expired,)) == 1
+
+
+def test_only_a_worker_holding_the_job_may_end_it_as_a_login_role(
+    conn: Conn, login_role: Callable[..., str]
+) -> None:
+    """A producer may not call the finishers at all (42501); a worker that does not hold the job,
+    or whose role may not work its type, ends nothing."""
+    (job,), (attempt,) = held(conn, 1)
+    token = one(conn, "select lease_token from pyjobq.job where job_id = %s", (job,))
+    before = table_snapshot(conn)
+    producer = psycopg.connect(login_role("pyjobq_producer"), autocommit=True)
+    worker = psycopg.connect(login_role("pyjobq_worker"), autocommit=True)
+    with producer, worker:
+        for call in (
+            "select * from pyjobq.job_finish_many('w1', %s, %s, '{done}', null, null, null, %s)",
+            "select * from pyjobq.job_fail_many('w1', %s, %s, null, null, null, %s)",
+        ):
+            with raises_sqlstate("42501"):
+                producer.execute(call, ([job], [attempt], [token]))
+        # Another worker id, or the holder's id with another attempt or token: not held.
+        for worker_id, attempts, tokens in (
+            ("w2", [attempt], [token]),
+            ("w1", [attempt + 1], [token]),
+            ("w1", [attempt], [uuid4()]),
+        ):
+            rows = worker.execute(
+                "select status from pyjobq.job_finish_many(%s, %s, %s, '{done}', null, null, null,"
+                " %s)",
+                (worker_id, [job], attempts, tokens),
+            ).fetchall()
+            assert rows == [(None,)]
+        # The holder without its lease token: refused, as the install requires tokens.
+        with raises_sqlstate("22004"):
+            worker.execute("select * from pyjobq.job_fail_many('w1', %s, %s)", ([job], [attempt]))
+        # A type this role may not work is refused as a whole.
+        conn.execute("select pyjobq.job_type_grant(1, 'pyjobq_admin', 'work')")
+        rows = worker.execute(
+            "select status from pyjobq.job_finish_many('w1', %s, %s, '{done}', null, null, null,"
+            " %s)",
+            ([job], [attempt], [token]),
+        ).fetchall()
+        assert rows == [(None,)]
+    assert table_snapshot(conn) == before

@@ -8,7 +8,8 @@ jobs are all claimed, and then claims behind the blocked backlog alone, which fi
 
 For each claim it prints, as median, 99th percentile and maximum: its time (the call's round
 trip on loopback), and the rows of ``pyjobq.job`` it visited (``pg_stat_xact_user_tables``:
-tuples read by scans and fetched by index, in the claim's own transaction). And how many
+tuples read by scans and fetched by index, in the claim's own transaction, the session's
+statistics flushed just before). And how many
 claims returned the other keys' jobs, against how many the other keys needed at ``--limit``
 each: the claim's work should be bounded by the keys that have room, not by the backlog.
 
@@ -56,6 +57,9 @@ def fill(conn: psycopg.Connection[Any], jobs: int, keys: int) -> None:
 
 def claim(conn: psycopg.Connection[Any], limit: int) -> tuple[int, float, int]:
     """One claim in its own transaction: jobs claimed, seconds, rows of pyjobq.job visited."""
+    # A session's counts reach the statistics views up to a second late; until then the
+    # transaction's view holds every transaction's since, not just its own.
+    conn.execute("select pg_stat_force_next_flush()")
     with conn.transaction():
         start = time.perf_counter()
         got = len(

@@ -140,7 +140,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 34
+  select 35
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -321,6 +321,12 @@ create index job_waiting_idx on pyjobq.job (job_type) where status = 6;
 -- key, counted by job_claim up to the limit. Only jobs with a key enter it.
 create index job_running_key_idx on pyjobq.job (job_type, concurrency_key)
   where status = 2 and concurrency_key is not null;
+
+-- Concurrency keys: the due jobs of each key, so that a claim behind a full
+-- key's backlog visits keys, one probe each, not the backlog's jobs
+-- (_claim_candidates). Only jobs with a key enter it.
+create index job_key_claim_idx on pyjobq.job (job_type, concurrency_key, priority, run_after, seq)
+  where status = 1 and concurrency_key is not null;
 
 -- Fair share: the fair-share jobs in their claim order, and each key's last
 -- turn, from which the next job of the key takes its own. Only jobs with a

@@ -152,18 +152,13 @@ comment on function pyjobq._claim_front_read(text, bigint) is
   'p_now_us. Otherwise, or when the setting is not a front at all, the setting is cleared and the result '
   'has only the current epoch (seq null). Either way its epoch is the one a new front is written with.';
 
--- The claim itself, once job_claim has checked its arguments and privileges:
--- resume from this session's claim front (or scan from the head), pick with
--- SKIP LOCKED and update in one statement, and write the new front. The front
--- is read and written here only.
-create function pyjobq._claim_pick(
-  p_worker_id text,
-  p_types smallint[],
-  p_limit int,
-  p_lease int,
-  p_now timestamptz
-)
-returns table (
+-- The one way into RUNNING. Every claim, however it chose its jobs, leases
+-- them here: status, attempt, worker, lease token, lease and start time are
+-- set in this one statement, and the claimed job comes back in one row type.
+-- The caller holds the row locks of p_ids (it chose them FOR UPDATE SKIP
+-- LOCKED), so each is still PENDING; the status test only keeps the
+-- statement a compare-and-set. They come back in the order the caller chose.
+create type pyjobq.claimed_job as (
   job_id uuid,
   job_type int,
   priority int,
@@ -177,7 +172,65 @@ returns table (
   lease_token uuid,
   metadata jsonb,
   parent_results jsonb
+);
+
+comment on type pyjobq.claimed_job is
+  'A job as a claim returns it: what its handler needs, and the fencing token (attempt, lease_token).';
+
+create function pyjobq._lease(p_worker_id text, p_ids uuid[], p_lease int, p_at timestamptz)
+returns setof pyjobq.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return query
+  with claimed as (
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_token = gen_random_uuid(),
+           -- The lease, but never past the attempt's deadline.
+           lease_until = p_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
+           run_started_at = p_at,
+           updated_at = p_at
+      from pyjobq.job_type t
+     where j.job_id = any (p_ids)
+       -- Not "status = 1", which job_claim_idx's predicate matches: on a table
+       -- never analyzed, the planner would then read every PENDING job to
+       -- find these few, where the primary key finds each.
+       and j.status::int = 1
+       and t.job_type = j.job_type
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.waiting_on
+  )
+  select c.job_id, c.job_type::int, c.priority::int, c.payload, c.attempts::int, c.max_attempts::int,
+         c.dedupe_key::text, c.run_after, c.lease_until, c.created_at, c.lease_token, c.metadata,
+         case when c.waiting_on is not null then pyjobq._parent_results(c.job_id) end
+    from claimed c
+    join unnest(p_ids) with ordinality u(job_id, ord) on u.job_id = c.job_id
+   order by u.ord;
+end;
+$$;
+
+comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
+  'Leases the PENDING jobs p_ids, whose row locks the caller holds, to p_worker_id from p_at for p_lease '
+  'seconds (never past the type''s timeout): RUNNING, attempts + 1, a new lease token. Returns them in the '
+  'order of p_ids. Every claim path ends here.';
+
+-- The plain claim, once job_claim has checked its arguments and privileges:
+-- resume from this session's claim front (or scan from the head), pick with
+-- SKIP LOCKED, lease, and write the new front. The front is read and written
+-- here only.
+create function pyjobq._claim_pick(
+  p_worker_id text,
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
 )
+returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -198,11 +251,8 @@ declare
   v_priority smallint := -1;
   v_run_after timestamptz := '-infinity';
   v_seq bigint := 0;
-  v_row record;
-  v_head_last record;
-  v_last record;
-  v_claimed int := 0;
-  v_from_head int := 0;
+  v_ids uuid[];
+  v_from_head int;
 begin
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
@@ -214,15 +264,16 @@ begin
     v_seq := v_front.seq;
   end if;
 
-  -- One statement: each MATERIALIZED CTE locks at most its limit exactly once
-  -- (a plain subquery may be re-run by a nested loop and lock more), and SKIP
-  -- LOCKED lets concurrent claimers take the next rows instead of waiting.
-  -- The urgent jobs ahead of the front come first, then the jobs after it,
-  -- then the scan from the head. Without a front, "ahead" and "after" have
-  -- limit 0 and read nothing.
-  for v_row in
+  -- One statement picks: each MATERIALIZED CTE locks at most its limit
+  -- exactly once (a plain subquery may be re-run by a nested loop and lock
+  -- more), and SKIP LOCKED lets concurrent claimers take the next rows instead
+  -- of waiting. The urgent jobs ahead of the front come first, then the jobs
+  -- after it, then the scan from the head. Without a front, "ahead" and
+  -- "after" have limit 0 and read nothing. It also finds the new front: the
+  -- last job picked or, when the head scan picked any, the last of those (due
+  -- jobs may remain between it and the old front).
   with ahead as materialized (
-    select c.job_id, 1 as part
+    select c.job_id, c.priority, c.run_after, c.seq, 1 as part
       from pyjobq.job c
      where c.status = 1
        and c.priority < v_priority
@@ -233,7 +284,7 @@ begin
        for update skip locked
   ),
   after as materialized (
-    select c.job_id, 2 as part
+    select c.job_id, c.priority, c.run_after, c.seq, 2 as part
       from pyjobq.job c
      where c.status = 1
        and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
@@ -244,7 +295,7 @@ begin
        for update skip locked
   ),
   head as materialized (
-    select c.job_id, 3 as part
+    select c.job_id, c.priority, c.run_after, c.seq, 3 as part
       from pyjobq.job c
      where c.status = 1
        and c.run_after <= p_now
@@ -257,67 +308,28 @@ begin
   -- CTEs run as far as they are read: once p_limit jobs are picked, the
   -- scans not yet reached never start and lock nothing.
   picked as (
-    (select a.job_id, a.part from ahead a
+    (select * from ahead
      union all
-     select f.job_id, f.part from after f
+     select * from after
      union all
-     select h.job_id, h.part from head h)
+     select * from head)
     limit p_limit
-  ),
-  claimed as (
-    update pyjobq.job j
-       set status = 2,
-           attempts = j.attempts + 1,
-           worker_id = p_worker_id,
-           lease_token = gen_random_uuid(),
-           -- The lease, but never past the attempt's deadline.
-           lease_until = p_now + make_interval(secs => least(p_lease, t.timeout_seconds)),
-           run_started_at = p_now,
-           updated_at = p_now
-      from picked p, pyjobq.job_type t
-     where j.job_id = p.job_id
-       and t.job_type = j.job_type
-    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts,
-              j.dedupe_key, j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
-              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
-              j.seq, p.part
   )
-  select c.*
-    from claimed c
-   order by c.priority, c.run_after, c.seq
-  loop
-    job_id := v_row.job_id;
-    job_type := v_row.job_type;
-    priority := v_row.priority;
-    payload := v_row.payload;
-    attempt := v_row.attempts;
-    max_attempts := v_row.max_attempts;
-    dedupe_key := v_row.dedupe_key;
-    run_after := v_row.run_after;
-    lease_until := v_row.lease_until;
-    created_at := v_row.created_at;
-    lease_token := v_row.lease_token;
-    metadata := v_row.metadata;
-    parent_results := v_row.parent_results;
-    return next;
-    v_claimed := v_claimed + 1;
-    v_last := v_row;
-    if v_row.part = 3 then
-      v_from_head := v_from_head + 1;
-      v_head_last := v_row;
-    end if;
-  end loop;
-  -- The new front: the last job taken, or, when the head scan took any, the
-  -- last of those (due jobs may remain between it and the old front). A head
-  -- scan starts a new second of life; resuming keeps the old front's.
-  if v_from_head > 0 then
-    v_last := v_head_last;
+  select array_agg(p.job_id order by p.priority, p.run_after, p.seq),
+         count(*) filter (where p.part = 3),
+         (array_agg(p.priority order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
+         (array_agg(p.run_after order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
+         (array_agg(p.seq order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)]
+    into v_ids, v_from_head, v_priority, v_run_after, v_seq
+    from picked p;
+  if v_ids is null then
+    return;
   end if;
-  if v_claimed > 0 then
-    perform pyjobq._claim_front_write(row(
-      v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
-      v_now_us, v_last.priority, v_last.run_after, v_last.seq)::pyjobq.claim_front);
-  end if;
+  return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, p_now);
+  -- A head scan starts a new second of life; resuming keeps the old front's.
+  perform pyjobq._claim_front_write(row(
+    v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
+    v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
 end;
 $$;
 

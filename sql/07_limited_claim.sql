@@ -39,21 +39,7 @@ create function pyjobq._claim_limited(
   p_lease int,
   p_now timestamptz
 )
-returns table (
-  job_id uuid,
-  job_type int,
-  priority int,
-  payload jsonb,
-  attempt int,
-  max_attempts int,
-  dedupe_key text,
-  run_after timestamptz,
-  lease_until timestamptz,
-  created_at timestamptz,
-  lease_token uuid,
-  metadata jsonb,
-  parent_results jsonb
-)
+returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -63,30 +49,18 @@ set jit = off
 set lock_timeout = '100ms'
 as $$
 declare
-  c_visits constant int := 10000;  -- due jobs a claim looks at, at most
   c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
   v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
   v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
   v_at timestamptz := p_now;       -- the claim's time
   v_type record;
-  v_room jsonb := '{}';            -- room left, by "type" and "type/key", once counted
+  v_room jsonb := '{}';            -- room left, by "type", once counted
   v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
-  v_taken jsonb := '{}';           -- jobs taken, by "type" and "type/key", where a rate counts them
-  v_rule jsonb;
-  v_w record;
-  v_plain refcursor;
-  v_fair refcursor;
-  v_p record;
-  v_f record;
-  v_p_found boolean;
-  v_f_found boolean;
-  v_fair_turn boolean := true;
-  v_c record;
-  v_key text;
-  v_row record;
-  v_claimed int := 0;
+  v_fair boolean;
+  v_pool uuid[];
   v_ids uuid[];
-  v_mine text[];
+  v_all uuid[] := '{}';            -- every job this claim leased
+  v_row pyjobq.claimed_job;
 begin
   if current_setting('transaction_isolation') <> 'read committed'
      and exists (select from pyjobq.job_type t
@@ -147,280 +121,363 @@ begin
       v_room := v_room || jsonb_build_object(v_type.job_type::text, least(
         (v_room ->> v_type.job_type::text)::int,
         v_type.rate_limit - pyjobq._rate_used(v_type.claimed_at, v_type.claimed, v_at - v_type.rate_period)));
-      v_taken := v_taken || jsonb_build_object(v_type.job_type::text, 0);
     end if;
     if v_type.key_max_running is not null or v_type.key_rate_limit is not null then
       v_keyed := v_keyed || jsonb_build_object(v_type.job_type::text, jsonb_build_object(
         'max', v_type.key_max_running, 'rate', v_type.key_rate_limit, 'period', v_type.key_rate_period));
     end if;
   end loop;
+  v_fair := exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share);
 
-  -- No limit can bind within this claim: no key has one, no type is fair, and
-  -- every limited type has room for all p_limit jobs. Then the claim is the
-  -- plain one, set-based and resuming from the session's claim front, at the
-  -- claim's time; the rates count what it took. (A type limit that never binds
-  -- costs its lock and its count, not the walk below.)
-  if v_keyed = '{}'
-     and not exists (select from jsonb_each_text(v_room) r where r.value::int < p_limit)
-     and not exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share) then
+  if v_keyed = '{}' and not v_fair
+     and not exists (select from jsonb_each_text(v_room) r where r.value::int < p_limit) then
+    -- No limit can bind within this claim: no key has one, no type is fair,
+    -- and every limited type has room for all p_limit jobs. Then the claim is
+    -- the plain one, resuming from the session's claim front, at the claim's
+    -- time. (A type limit that never binds costs its lock and its count.)
     for v_row in select * from pyjobq._claim_pick(p_worker_id, p_types, p_limit, p_lease, v_at) loop
-      v_taken := pyjobq._count_down(v_taken, v_row.job_type::text, null);
-      job_id := v_row.job_id;
-      job_type := v_row.job_type;
-      priority := v_row.priority;
-      payload := v_row.payload;
-      attempt := v_row.attempt;
-      max_attempts := v_row.max_attempts;
-      dedupe_key := v_row.dedupe_key;
-      run_after := v_row.run_after;
-      lease_until := v_row.lease_until;
-      created_at := v_row.created_at;
-      lease_token := v_row.lease_token;
-      metadata := v_row.metadata;
-      parent_results := v_row.parent_results;
-      return next;
+      v_all := v_all || v_row.job_id;
+      return next v_row;
     end loop;
-    perform pyjobq._rate_record_taken(v_taken, v_at);
+  else
+    -- The first due jobs: where no key is full, they are the claim.
+    v_pool := pyjobq._claim_candidates(p_types, p_limit, v_room, v_keyed, p_now, false);
+    v_ids := pyjobq._claim_choose(v_pool, p_limit, v_room, v_keyed, v_at);
+    if v_ids <> '{}' then
+      for v_row in select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at) loop
+        v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
+        return next v_row;
+      end loop;
+      -- Counted now: the keys' rooms below are read from their windows.
+      perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+    end if;
+    -- Full keys ahead: the claim visits keys, not jobs.
+    if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit and v_keyed <> '{}' then
+      v_pool := pyjobq._claim_candidates(p_types, p_limit - cardinality(v_ids), v_room, v_keyed, p_now, true);
+      v_ids := pyjobq._claim_choose(v_pool, p_limit - cardinality(v_ids), v_room, v_keyed, v_at);
+      if v_ids <> '{}' then
+        return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
+        perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+      end if;
+    end if;
     return;
   end if;
-
-  -- Keys with a limit on their RUNNING jobs and nothing else in the way (no key
-  -- rate, no fair share): the first due jobs, a few times what the claim wants,
-  -- are taken in one pass. One statement tries their keys' locks; the next,
-  -- whose snapshot follows the locks, counts the keys' RUNNING jobs, picks the
-  -- jobs their key and type have room for, in claim order, and leases them.
-  -- What the pass could not fill, the walk below takes on from the head (its
-  -- counts see what the pass took).
-  if v_keyed <> '{}'
-     and not exists (select from jsonb_each(v_keyed) k where k.value ->> 'rate' is not null)
-     and not exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share) then
-    select array_agg(c.job_id order by c.ord),
-           array_agg(distinct c.job_type || '/' || c.concurrency_key)
-             filter (where case when c.concurrency_key is not null and v_keyed ? c.job_type::text
-                                then pg_try_advisory_xact_lock(-c.job_type, hashtext(c.concurrency_key))
-                                else false end)
-      into v_ids, v_mine
-      from (select d.job_id, d.job_type, d.concurrency_key, row_number() over () as ord
-              from (select d.job_id, d.job_type, d.concurrency_key
-                      from pyjobq.job d
-                     where d.status = 1
-                       and d.run_after <= p_now
-                       and d.job_type = any (p_types)
-                       and d.fair_rank is null
-                     order by d.priority, d.run_after, d.seq
-                     limit 4 * p_limit) d) c;
-    for v_row in
-      with cand as (
-        select u.ord, j.job_id, j.job_type, j.concurrency_key,
-               j.job_type || '/' || j.concurrency_key as key
-          from unnest(v_ids) with ordinality u(job_id, ord)
-          join pyjobq.job j on j.job_id = u.job_id and j.status = 1
-      ),
-      room as (
-        select k.key, (v_keyed -> split_part(k.key, '/', 1) ->> 'max')::int - (
-                 select count(*)
-                   from pyjobq.job r
-                  where r.status = 2
-                    and r.concurrency_key is not null
-                    and r.job_type = split_part(k.key, '/', 1)::smallint
-                    and r.concurrency_key = substr(k.key, position('/' in k.key) + 1)) as left_
-          from unnest(v_mine) k(key)
-      ),
-      by_key as (
-        select c.*, row_number() over (partition by c.key order by c.ord) as nth
-          from cand c
-      ),
-      keyed as (
-        select b.*
-          from by_key b
-          left join room r on r.key = b.key
-         where b.concurrency_key is null
-            or not v_keyed ? b.job_type::text
-            or b.nth <= r.left_
-      ),
-      typed as (
-        select k.*, row_number() over (partition by k.job_type order by k.ord) as nth_of_type
-          from keyed k
-      ),
-      picked as (
-        select t.job_id
-          from typed t
-         where t.nth_of_type <= coalesce((v_room ->> t.job_type::text)::int, p_limit)
-         order by t.ord
-         limit p_limit
-      ),
-      locked as (
-        select l.job_id from pyjobq.job l
-         where l.job_id in (select p.job_id from picked p) and l.status = 1
-           for update skip locked
-      ),
-      claimed as (
-        update pyjobq.job j
-           set status = 2,
-               attempts = j.attempts + 1,
-               worker_id = p_worker_id,
-               lease_token = gen_random_uuid(),
-               lease_until = v_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
-               run_started_at = v_at,
-               updated_at = v_at
-          from locked l, pyjobq.job_type t
-         where j.job_id = l.job_id
-           and t.job_type = j.job_type
-        returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-                  j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
-                  case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results,
-                  j.seq
-      )
-      select c.* from claimed c order by c.priority, c.run_after, c.seq
-    loop
-      v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
-      v_taken := pyjobq._count_down(v_taken, v_row.job_type::text, null);
-      job_id := v_row.job_id;
-      job_type := v_row.job_type;
-      priority := v_row.priority;
-      payload := v_row.payload;
-      attempt := v_row.attempts;
-      max_attempts := v_row.max_attempts;
-      dedupe_key := v_row.dedupe_key;
-      run_after := v_row.run_after;
-      lease_until := v_row.lease_until;
-      created_at := v_row.created_at;
-      lease_token := v_row.lease_token;
-      metadata := v_row.metadata;
-      parent_results := v_row.parent_results;
-      return next;
-      v_claimed := v_claimed + 1;
-    end loop;
-    if v_claimed >= p_limit or coalesce(cardinality(v_ids), 0) < 4 * p_limit then
-      perform pyjobq._rate_record_taken(v_taken, v_at);
-      return;
-    end if;
-  end if;
-
-  -- Two streams of due jobs: in claim order, and the fair-share jobs in their
-  -- turns (job.fair_rank); the more urgent priority first, and taking turns
-  -- within one.
-  open v_plain for
-    select c.job_id, c.job_type, c.concurrency_key, c.priority
-      from pyjobq.job c
-     where c.status = 1
-       and c.run_after <= p_now
-       and c.job_type = any (p_types)
-       and c.fair_rank is null
-     order by c.priority, c.run_after, c.seq
-     limit c_visits;
-  open v_fair for
-    select c.job_id, c.job_type, c.concurrency_key, c.priority
-      from pyjobq.job c
-     where c.status = 1
-       and c.fair_rank is not null
-       and c.run_after <= p_now
-       and c.job_type = any (p_types)
-     order by c.priority, c.fair_rank, c.seq
-     limit c_visits;
-  fetch v_plain into v_p;
-  v_p_found := found;
-  fetch v_fair into v_f;
-  v_f_found := found;
-  loop
-    if v_f_found and (not v_p_found or v_f.priority < v_p.priority
-                      or (v_f.priority = v_p.priority and v_fair_turn)) then
-      v_c := v_f;
-      fetch v_fair into v_f;
-      v_f_found := found;
-      v_fair_turn := false;
-    elsif v_p_found then
-      v_c := v_p;
-      fetch v_plain into v_p;
-      v_p_found := found;
-      v_fair_turn := true;
-    else
-      exit;
-    end if;
-    continue when (v_room ->> v_c.job_type::text)::int <= 0;
-    v_key := null;
-    v_rule := v_keyed -> v_c.job_type::text;
-    if v_c.concurrency_key is not null and v_rule is not null then
-      v_key := v_c.job_type || '/' || v_c.concurrency_key;
-      if not v_room ? v_key then
-        v_room := v_room || jsonb_build_object(v_key, 0);
-        if pg_try_advisory_xact_lock(-v_c.job_type, hashtext(v_c.concurrency_key)) then
-          v_room := v_room || jsonb_build_object(v_key, 100000);
-          if v_rule ->> 'max' is not null then
-            v_room := v_room || jsonb_build_object(v_key, (v_rule ->> 'max')::int - (
-              select count(*)
-                from (select 1
-                        from pyjobq.job r
-                       where r.status = 2
-                         and r.concurrency_key is not null
-                         and r.job_type = v_c.job_type
-                         and r.concurrency_key = v_c.concurrency_key
-                       limit (v_rule ->> 'max')::int) as r));
-          end if;
-          if v_rule ->> 'rate' is not null then
-            select w.claimed_at, w.claimed into v_w
-              from pyjobq.rate_window w
-             where w.job_type = v_c.job_type and w.concurrency_key = v_c.concurrency_key;
-            v_room := v_room || jsonb_build_object(v_key, case
-              when v_w.claimed_at[cardinality(v_w.claimed_at)] > v_at then 0
-              else least((v_room ->> v_key)::int, (v_rule ->> 'rate')::int
-                         - pyjobq._rate_used(v_w.claimed_at, v_w.claimed, v_at - (v_rule ->> 'period')::interval))
-              end);
-            v_taken := v_taken || jsonb_build_object(v_key, 0);
-          end if;
-        end if;
-      end if;
-      continue when (v_room ->> v_key)::int <= 0;
-    end if;
-    update pyjobq.job j
-       set status = 2,
-           attempts = j.attempts + 1,
-           worker_id = p_worker_id,
-           lease_token = gen_random_uuid(),
-           lease_until = v_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
-           run_started_at = v_at,
-           updated_at = v_at
-      from pyjobq.job_type t
-     where j.job_id = (select l.job_id from pyjobq.job l where l.job_id = v_c.job_id and l.status = 1
-                          for update skip locked)
-       and t.job_type = j.job_type
-    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata,
-              case when j.waiting_on is not null then pyjobq._parent_results(j.job_id) end as parent_results
-      into v_row;
-    continue when not found;  -- another claimer has it
-    v_room := pyjobq._count_down(v_room, v_c.job_type::text, v_key);
-    v_taken := pyjobq._count_down(v_taken, v_c.job_type::text, v_key);
-    job_id := v_row.job_id;
-    job_type := v_row.job_type;
-    priority := v_row.priority;
-    payload := v_row.payload;
-    attempt := v_row.attempts;
-    max_attempts := v_row.max_attempts;
-    dedupe_key := v_row.dedupe_key;
-    run_after := v_row.run_after;
-    lease_until := v_row.lease_until;
-    created_at := v_row.created_at;
-    lease_token := v_row.lease_token;
-    metadata := v_row.metadata;
-    parent_results := v_row.parent_results;
-    return next;
-    v_claimed := v_claimed + 1;
-    exit when v_claimed >= p_limit;
-  end loop;
-  close v_plain;
-  close v_fair;
-
-  perform pyjobq._rate_record_taken(v_taken, v_at);
+  perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_all), v_at);
 end;
 $$;
 
 comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
   'job_claim for job types with concurrency or rate limits or fair share: takes up to p_limit due PENDING jobs, '
   'in claim order and the fair-share ones in their turns, while their type and concurrency key have room, '
-  'counted under advisory locks; looks at 10000 due jobs of each order at most. A type whose lock another claim '
-  'holds for more than 50 ms is left out of this claim. Raises JQ007 for a type with a concurrency limit outside '
-  'READ COMMITTED.';
+  'counted under advisory locks. Its work is bounded by the keys with jobs due, not by the jobs of full keys. '
+  'A type whose lock another claim holds for more than 50 ms is left out of this claim. Raises JQ007 for a '
+  'type with a concurrency limit outside READ COMMITTED.';
+
+-- The jobs a limited claim of p_limit may take, in the claim's order. First
+-- (p_by_key false) the first due jobs in claim order, four times what the
+-- claim wants, and each fair-share type's first jobs in their turns: where no
+-- key is full, they are the claim. Then, when full keys' jobs filled those
+-- (one customer's million jobs ahead of everyone else's; p_by_key true),
+-- the keys of each type with key limits are visited instead: a skip scan of
+-- job_key_claim_idx finds the keys with jobs due, one index probe a key
+-- however many jobs it holds, and each key with room gives its first jobs, as
+-- many as its room. The room read here, without the keys' locks, only
+-- narrows the visit: _claim_choose counts it again under them. Jobs without
+-- a key, and types without key limits, are not in that index: they are
+-- looked for among the first c_visits due jobs in claim order, so a full
+-- key's backlog longer than that holds them back in a claim that includes
+-- its type (claim them apart, p_job_types, where that matters).
+--
+-- The order: priority first; within one, jobs in claim order and fair-share
+-- jobs in their turns take turns, fair share first, the turn carried over
+-- from one priority to the next.
+create function pyjobq._claim_candidates(
+  p_types smallint[],
+  p_limit int,
+  p_room jsonb,
+  p_keyed jsonb,
+  p_now timestamptz,
+  p_by_key boolean
+)
+returns uuid[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  c_keys constant int := 10000;     -- keys of a type visited, at most
+  c_visits constant int := 1000;    -- due jobs looked at for those the key visit cannot see
+  v_ids uuid[];
+  v_priority int[];
+  v_fair boolean[];
+  v_nth bigint[];
+  v_level record;
+  v_fair_turn boolean := true;
+  v_fair_first int[] := '{}';
+begin
+  with types as (
+    select t.job_type, least(p_limit, coalesce((p_room ->> t.job_type::text)::int, p_limit)) as room,
+           p_keyed -> t.job_type::text as rule, t.fair_share
+      from pyjobq.job_type t
+     where t.job_type = any (p_types)
+       and coalesce((p_room ->> t.job_type::text)::int, p_limit) > 0
+  ),
+  cand as (
+    (select c.job_id
+       from pyjobq.job c
+      where not p_by_key
+        and c.status = 1
+        and c.run_after <= p_now
+        and c.job_type = any (p_types)
+        and c.fair_rank is null
+      order by c.priority, c.run_after, c.seq
+      limit 4 * p_limit)
+    union all
+    select h.job_id
+      from types t
+     cross join lateral (
+       select c.job_id
+         from pyjobq.job c
+        where c.status = 1
+          and c.fair_rank is not null
+          and c.run_after <= p_now
+          and c.job_type = t.job_type
+        order by c.priority, c.fair_rank, c.seq
+        limit 4 * p_limit) h
+     where not p_by_key
+       and t.fair_share
+    union all
+    (select v.job_id
+       from (select c.job_id, c.job_type, c.concurrency_key
+               from pyjobq.job c
+              where p_by_key
+                and c.status = 1
+                and c.run_after <= p_now
+                and c.job_type = any (p_types)
+                and c.fair_rank is null
+              order by c.priority, c.run_after, c.seq
+              limit c_visits) v
+      where v.concurrency_key is null
+         or not p_keyed ? v.job_type::text
+      limit 4 * p_limit)
+    union all
+    select h.job_id
+      from types t
+     cross join lateral (
+       with recursive keys as (
+         (select c.concurrency_key as key
+            from pyjobq.job c
+           where c.status = 1
+             and c.concurrency_key is not null
+             and c.job_type = t.job_type
+           order by c.concurrency_key
+           limit 1)
+         union all
+         select (select c.concurrency_key
+                   from pyjobq.job c
+                  where c.status = 1
+                    and c.concurrency_key is not null
+                    and c.job_type = t.job_type
+                    and c.concurrency_key > k.key
+                  order by c.concurrency_key
+                  limit 1)
+           from keys k
+          where k.key is not null
+       )
+       select k.key from keys k where k.key is not null limit c_keys) k
+     cross join lateral (
+       select least(t.room,
+                    coalesce((t.rule ->> 'max')::int - (
+                      select count(*)
+                        from (select 1
+                                from pyjobq.job r
+                               where r.status = 2
+                                 and r.concurrency_key is not null
+                                 and r.job_type = t.job_type
+                                 and r.concurrency_key = k.key
+                               limit (t.rule ->> 'max')::int) r), t.room),
+                    coalesce((t.rule ->> 'rate')::int - coalesce((
+                      select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (t.rule ->> 'period')::interval)
+                        from pyjobq.rate_window w
+                       where w.job_type = t.job_type
+                         and w.concurrency_key = k.key), 0), t.room)) as room) r
+     cross join lateral (
+       select c.job_id
+         from pyjobq.job c
+        where c.status = 1
+          and c.concurrency_key is not null
+          and c.job_type = t.job_type
+          and c.concurrency_key = k.key
+          and c.run_after <= p_now
+        order by c.priority, c.run_after, c.seq
+        limit greatest(r.room, 0)) h
+     where p_by_key
+       and t.rule is not null
+  )
+  select array_agg(n.job_id), array_agg(n.priority), array_agg(n.fair), array_agg(n.nth)
+    into v_ids, v_priority, v_fair, v_nth
+    from (select j.job_id, j.priority, j.fair_rank is not null as fair,
+                 row_number() over (partition by j.priority, j.fair_rank is not null
+                                    order by j.fair_rank, j.run_after, j.seq) as nth
+            from (select distinct c.job_id from cand c) c
+            join pyjobq.job j on j.job_id = c.job_id) n;
+  -- Taking turns: the first turn is fair share's; the turn after a priority
+  -- is fair share's if it took its last job from claim order, and the other
+  -- way round.
+  for v_level in
+    select u.priority, count(*) filter (where u.fair) as fair, count(*) filter (where not u.fair) as plain
+      from unnest(v_priority, v_fair) u(priority, fair)
+     group by u.priority
+     order by u.priority
+  loop
+    if v_fair_turn then
+      v_fair_first := v_fair_first || v_level.priority;
+    end if;
+    v_fair_turn := case when v_level.fair > v_level.plain then false
+                        when v_level.fair < v_level.plain then true
+                        else v_fair_turn end;
+  end loop;
+  return array(select u.job_id
+                 from unnest(v_ids, v_priority, v_fair, v_nth) u(job_id, priority, fair, nth)
+                order by u.priority, u.nth, u.fair = (u.priority = any (v_fair_first)) desc);
+end;
+$$;
+
+comment on function pyjobq._claim_candidates(smallint[], int, jsonb, jsonb, timestamptz, boolean) is
+  'The due PENDING jobs of p_types a limited claim of p_limit jobs may take, in the claim''s order (fair-share '
+  'turns taken in turn with claim order): the first due jobs and each fair-share type''s first turns; or, with '
+  'p_by_key, for each type with key limits (p_keyed) and room (p_room), the first jobs of each of its keys with '
+  'room, visited key by key (10000 keys at most), and the jobs without a key limit among the first 1000 due.';
+
+-- A limited claim's choice among candidates (p_pool, in the claim's order).
+-- First the locks of their keys are tried, in that order, until enough jobs
+-- have one: a key another claim holds has no room for this one, which takes
+-- the next keys instead. Then, in a statement whose snapshot follows the
+-- locks, each locked key's room is counted (its RUNNING jobs, its rate
+-- window), and the candidates are taken in order while their key and type
+-- have room, their rows locked with SKIP LOCKED for _lease.
+create function pyjobq._claim_choose(p_pool uuid[], p_limit int, p_room jsonb, p_keyed jsonb, p_at timestamptz)
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_mine text[];
+  v_pool uuid[];
+begin
+  select array_agg(o.job_id order by o.ord),
+         array_agg(distinct o.job_type || '/' || o.concurrency_key) filter (where o.keyed)
+    into v_pool, v_mine
+    from (select c.*
+            from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
+                         j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed
+                    from unnest(p_pool) with ordinality u(job_id, ord)
+                    join pyjobq.job j on j.job_id = u.job_id
+                   where j.status::int = 1  -- by id: see _lease
+                   order by u.ord
+                  offset 0) c
+           -- Tried as the candidates come, in order, until enough have passed.
+           where not c.keyed or pg_try_advisory_xact_lock(-c.job_type, hashtext(c.concurrency_key))
+           limit 2 * p_limit) o;
+  return array(
+    with cand as (
+      select u.ord, j.job_id, j.job_type, j.concurrency_key,
+             case when j.concurrency_key is not null and p_keyed ? j.job_type::text
+                  then j.job_type || '/' || j.concurrency_key end as key
+        from unnest(v_pool) with ordinality u(job_id, ord)
+        join pyjobq.job j on j.job_id = u.job_id and j.status::int = 1
+    ),
+    room as (
+      select m.key, least(
+               coalesce((m.rule ->> 'max')::int - (
+                 select count(*)
+                   from (select 1
+                           from pyjobq.job r
+                          where r.status = 2
+                            and r.concurrency_key is not null
+                            and r.job_type = m.job_type
+                            and r.concurrency_key = m.concurrency_key
+                          limit (m.rule ->> 'max')::int) r), p_limit),
+               coalesce((m.rule ->> 'rate')::int - coalesce((
+                 select case when w.claimed_at[cardinality(w.claimed_at)] > p_at then (m.rule ->> 'rate')::int
+                             else pyjobq._rate_used(w.claimed_at, w.claimed, p_at - (m.rule ->> 'period')::interval)
+                        end
+                   from pyjobq.rate_window w
+                  where w.job_type = m.job_type
+                    and w.concurrency_key = m.concurrency_key), 0), p_limit)) as left_
+        from (select k.key, split_part(k.key, '/', 1)::smallint as job_type,
+                     substr(k.key, position('/' in k.key) + 1) as concurrency_key,
+                     p_keyed -> split_part(k.key, '/', 1) as rule
+                from unnest(v_mine) k(key)) m
+    ),
+    keyed as (
+      select c.*
+        from (select c.*, row_number() over (partition by c.key order by c.ord) as nth
+                from cand c) c
+        left join room r on r.key = c.key
+       where c.key is null or c.nth <= r.left_
+    ),
+    typed as (
+      select k.*, row_number() over (partition by k.job_type order by k.ord) as nth_of_type
+        from keyed k
+    ),
+    picked as (
+      select t.job_id, t.ord
+        from typed t
+       where t.nth_of_type <= coalesce((p_room ->> t.job_type::text)::int, p_limit)
+       order by t.ord
+       limit p_limit
+    ),
+    locked as (
+      select l.job_id
+        from pyjobq.job l
+       where l.job_id in (select p.job_id from picked p)
+         and l.status::int = 1
+         for update skip locked
+    )
+    select p.job_id
+      from picked p
+      join locked l on l.job_id = p.job_id
+     order by p.ord);
+end;
+$$;
+
+comment on function pyjobq._claim_choose(uuid[], int, jsonb, jsonb, timestamptz) is
+  'Of the candidates p_pool, in order, the up to p_limit a limited claim at p_at takes: their concurrency key''s '
+  'lock tried, its room counted under it, the type rooms p_room kept; their rows locked for _lease.';
+
+-- What a claim took, where rate windows count it: by "type" and "type/key",
+-- 0 minus the jobs, as _rate_record_taken reads it.
+create function pyjobq._rate_taken(p_ids uuid[])
+returns jsonb
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(jsonb_object_agg(e.key, -e.n), '{}')
+    from (select j.job_type::text as key, count(*) as n
+            from pyjobq.job j
+            join pyjobq.job_type t on t.job_type = j.job_type
+           where j.job_id = any (p_ids)
+             and t.rate_limit is not null
+           group by j.job_type
+          union all
+          select j.job_type || '/' || j.concurrency_key, count(*)
+            from pyjobq.job j
+            join pyjobq.job_type t on t.job_type = j.job_type
+           where j.job_id = any (p_ids)
+             and t.key_rate_limit is not null
+             and j.concurrency_key is not null
+           group by j.job_type, j.concurrency_key) e
+$$;
+
+comment on function pyjobq._rate_taken(uuid[]) is
+  'The jobs p_ids counted where a rate window counts them, as _rate_record_taken takes them.';
 
 -- One job taken: one less in the entries of its type and its key, where there are some.
 create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)

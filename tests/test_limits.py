@@ -71,6 +71,31 @@ def test_a_key_limit_caps_each_key_and_a_key_with_room_comes_first_as_it_frees(c
     assert one(conn, "select count(*) from pyjobq.job_all where status = 1") == 1 + 49
 
 
+def test_a_full_keys_backlog_holds_back_no_other_key(conn: Conn) -> None:
+    """One customer's backlog ahead of everyone else's: the claim visits keys, not its jobs."""
+    set_limits(conn, 1, None, 1)
+    conn.execute(
+        "select count(*) from pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[12000]),"
+        " p_concurrency_keys => array_fill('big'::text, array[12000]))"
+    )
+    assert len(claim(conn, 1)) == 1  # the key is full from here on
+    others = enqueue_keyed(conn, [f"k{i}" for i in range(100)])
+    taken = [claim(conn, 10) for _ in range(10)]
+    # Every claim takes the other keys' jobs, ten at a time.
+    assert [len(t) for t in taken] == [10] * 10
+    assert sorted(j for t in taken for j, _ in t) == sorted(others)
+    conn.execute("select pg_stat_force_next_flush()")  # the view then holds this transaction's only
+    with conn.transaction():
+        assert claim(conn, 10) == []
+        visited = one(
+            conn,
+            "select coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
+            " from pg_stat_xact_user_tables where relid = 'pyjobq.job'::regclass",
+        )
+    # What it reads does not grow with the full key's 11,999 jobs waiting.
+    assert visited < 2000
+
+
 def test_limits_are_set_checked_and_removed_by_admins_only(
     conn: Conn, login_role: Callable[..., str]
 ) -> None:

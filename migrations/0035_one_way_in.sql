@@ -1,0 +1,629 @@
+-- depends: 0034_claims_never_wait
+
+-- Schema 35: one way into RUNNING, and a limited claim that visits keys, not
+-- jobs. Every claim leases the jobs it chose through _lease, which returns
+-- them as pyjobq.claimed_job. A claim of a type with key limits that finds the
+-- first due jobs all of full keys (one customer's million jobs ahead of
+-- everyone else's) visits the keys with jobs due, one index probe each, and
+-- takes the first jobs of those with room: its work no longer grows with the
+-- full keys' backlog.
+--
+-- The index holds only PENDING jobs with a concurrency key. On a large queue,
+-- an operator may build it first with CREATE INDEX CONCURRENTLY under the same
+-- name and definition; this step then finds it and builds nothing.
+
+create index if not exists job_key_claim_idx on pyjobq.job (job_type, concurrency_key, priority, run_after, seq)
+  where status = 1 and concurrency_key is not null;
+
+create type pyjobq.claimed_job as (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz,
+  lease_token uuid,
+  metadata jsonb,
+  parent_results jsonb
+);
+
+comment on type pyjobq.claimed_job is
+  'A job as a claim returns it: what its handler needs, and the fencing token (attempt, lease_token).';
+
+drop function pyjobq._claim_pick(text, smallint[], int, int, timestamptz);
+drop function pyjobq._claim_limited(text, smallint[], int, int, timestamptz);
+
+create or replace function pyjobq._lease(p_worker_id text, p_ids uuid[], p_lease int, p_at timestamptz)
+returns setof pyjobq.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return query
+  with claimed as (
+    update pyjobq.job j
+       set status = 2,
+           attempts = j.attempts + 1,
+           worker_id = p_worker_id,
+           lease_token = gen_random_uuid(),
+           -- The lease, but never past the attempt's deadline.
+           lease_until = p_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
+           run_started_at = p_at,
+           updated_at = p_at
+      from pyjobq.job_type t
+     where j.job_id = any (p_ids)
+       -- Not "status = 1", which job_claim_idx's predicate matches: on a table
+       -- never analyzed, the planner would then read every PENDING job to
+       -- find these few, where the primary key finds each.
+       and j.status::int = 1
+       and t.job_type = j.job_type
+    returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.waiting_on
+  )
+  select c.job_id, c.job_type::int, c.priority::int, c.payload, c.attempts::int, c.max_attempts::int,
+         c.dedupe_key::text, c.run_after, c.lease_until, c.created_at, c.lease_token, c.metadata,
+         case when c.waiting_on is not null then pyjobq._parent_results(c.job_id) end
+    from claimed c
+    join unnest(p_ids) with ordinality u(job_id, ord) on u.job_id = c.job_id
+   order by u.ord;
+end;
+$$;
+
+comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
+  'Leases the PENDING jobs p_ids, whose row locks the caller holds, to p_worker_id from p_at for p_lease '
+  'seconds (never past the type''s timeout): RUNNING, attempts + 1, a new lease token. Returns them in the '
+  'order of p_ids. Every claim path ends here.';
+
+create or replace function pyjobq._claim_pick(
+  p_worker_id text,
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
+)
+returns setof pyjobq.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+-- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
+-- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
+-- sorts off the table leaves the ordered scan of job_claim_idx, which stops
+-- after p_limit rows, whatever the statistics say. The penalty that disabling
+-- adds to a plan's cost would otherwise also trigger JIT compilation on
+-- every call (hundreds of milliseconds), so JIT is off here too.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
+  v_front pyjobq.claim_front;
+  v_bounded boolean;
+  -- Without a front these match nothing yet keep every scan an index scan.
+  v_priority smallint := -1;
+  v_run_after timestamptz := '-infinity';
+  v_seq bigint := 0;
+  v_ids uuid[];
+  v_from_head int;
+begin
+  -- Resume after this session's claim front, if it still holds (see "Claim
+  -- fronts" above); the scan from the head comes after, and alone without one.
+  v_front := pyjobq._claim_front_read(p_types::text, v_now_us);
+  v_bounded := v_front.seq is not null;
+  if v_bounded then
+    v_priority := v_front.priority;
+    v_run_after := v_front.run_after;
+    v_seq := v_front.seq;
+  end if;
+
+  -- One statement picks: each MATERIALIZED CTE locks at most its limit
+  -- exactly once (a plain subquery may be re-run by a nested loop and lock
+  -- more), and SKIP LOCKED lets concurrent claimers take the next rows instead
+  -- of waiting. The urgent jobs ahead of the front come first, then the jobs
+  -- after it, then the scan from the head. Without a front, "ahead" and
+  -- "after" have limit 0 and read nothing. It also finds the new front: the
+  -- last job picked or, when the head scan picked any, the last of those (due
+  -- jobs may remain between it and the old front).
+  with ahead as materialized (
+    select c.job_id, c.priority, c.run_after, c.seq, 1 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.priority < v_priority
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then p_limit else 0 end
+       for update skip locked
+  ),
+  after as materialized (
+    select c.job_id, c.priority, c.run_after, c.seq, 2 as part
+      from pyjobq.job c
+     where c.status = 1
+       and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+     order by c.priority, c.run_after, c.seq
+     limit case when v_bounded then p_limit else 0 end
+       for update skip locked
+  ),
+  head as materialized (
+    select c.job_id, c.priority, c.run_after, c.seq, 3 as part
+      from pyjobq.job c
+     where c.status = 1
+       and c.run_after <= p_now
+       and c.job_type = any (p_types)
+       and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
+     order by c.priority, c.run_after, c.seq
+     limit p_limit
+       for update skip locked
+  ),
+  -- CTEs run as far as they are read: once p_limit jobs are picked, the
+  -- scans not yet reached never start and lock nothing.
+  picked as (
+    (select * from ahead
+     union all
+     select * from after
+     union all
+     select * from head)
+    limit p_limit
+  )
+  select array_agg(p.job_id order by p.priority, p.run_after, p.seq),
+         count(*) filter (where p.part = 3),
+         (array_agg(p.priority order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
+         (array_agg(p.run_after order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
+         (array_agg(p.seq order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)]
+    into v_ids, v_from_head, v_priority, v_run_after, v_seq
+    from picked p;
+  if v_ids is null then
+    return;
+  end if;
+  return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, p_now);
+  -- A head scan starts a new second of life; resuming keeps the old front's.
+  perform pyjobq._claim_front_write(row(
+    v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
+    v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
+end;
+$$;
+
+comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
+  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
+  'resuming from this session''s claim front, and writes the new front.';
+
+create or replace function pyjobq._rate_taken(p_ids uuid[])
+returns jsonb
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(jsonb_object_agg(e.key, -e.n), '{}')
+    from (select j.job_type::text as key, count(*) as n
+            from pyjobq.job j
+            join pyjobq.job_type t on t.job_type = j.job_type
+           where j.job_id = any (p_ids)
+             and t.rate_limit is not null
+           group by j.job_type
+          union all
+          select j.job_type || '/' || j.concurrency_key, count(*)
+            from pyjobq.job j
+            join pyjobq.job_type t on t.job_type = j.job_type
+           where j.job_id = any (p_ids)
+             and t.key_rate_limit is not null
+             and j.concurrency_key is not null
+           group by j.job_type, j.concurrency_key) e
+$$;
+
+comment on function pyjobq._rate_taken(uuid[]) is
+  'The jobs p_ids counted where a rate window counts them, as _rate_record_taken takes them.';
+
+create or replace function pyjobq._claim_candidates(
+  p_types smallint[],
+  p_limit int,
+  p_room jsonb,
+  p_keyed jsonb,
+  p_now timestamptz,
+  p_by_key boolean
+)
+returns uuid[]
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  c_keys constant int := 10000;     -- keys of a type visited, at most
+  c_visits constant int := 1000;    -- due jobs looked at for those the key visit cannot see
+  v_ids uuid[];
+  v_priority int[];
+  v_fair boolean[];
+  v_nth bigint[];
+  v_level record;
+  v_fair_turn boolean := true;
+  v_fair_first int[] := '{}';
+begin
+  with types as (
+    select t.job_type, least(p_limit, coalesce((p_room ->> t.job_type::text)::int, p_limit)) as room,
+           p_keyed -> t.job_type::text as rule, t.fair_share
+      from pyjobq.job_type t
+     where t.job_type = any (p_types)
+       and coalesce((p_room ->> t.job_type::text)::int, p_limit) > 0
+  ),
+  cand as (
+    (select c.job_id
+       from pyjobq.job c
+      where not p_by_key
+        and c.status = 1
+        and c.run_after <= p_now
+        and c.job_type = any (p_types)
+        and c.fair_rank is null
+      order by c.priority, c.run_after, c.seq
+      limit 4 * p_limit)
+    union all
+    select h.job_id
+      from types t
+     cross join lateral (
+       select c.job_id
+         from pyjobq.job c
+        where c.status = 1
+          and c.fair_rank is not null
+          and c.run_after <= p_now
+          and c.job_type = t.job_type
+        order by c.priority, c.fair_rank, c.seq
+        limit 4 * p_limit) h
+     where not p_by_key
+       and t.fair_share
+    union all
+    (select v.job_id
+       from (select c.job_id, c.job_type, c.concurrency_key
+               from pyjobq.job c
+              where p_by_key
+                and c.status = 1
+                and c.run_after <= p_now
+                and c.job_type = any (p_types)
+                and c.fair_rank is null
+              order by c.priority, c.run_after, c.seq
+              limit c_visits) v
+      where v.concurrency_key is null
+         or not p_keyed ? v.job_type::text
+      limit 4 * p_limit)
+    union all
+    select h.job_id
+      from types t
+     cross join lateral (
+       with recursive keys as (
+         (select c.concurrency_key as key
+            from pyjobq.job c
+           where c.status = 1
+             and c.concurrency_key is not null
+             and c.job_type = t.job_type
+           order by c.concurrency_key
+           limit 1)
+         union all
+         select (select c.concurrency_key
+                   from pyjobq.job c
+                  where c.status = 1
+                    and c.concurrency_key is not null
+                    and c.job_type = t.job_type
+                    and c.concurrency_key > k.key
+                  order by c.concurrency_key
+                  limit 1)
+           from keys k
+          where k.key is not null
+       )
+       select k.key from keys k where k.key is not null limit c_keys) k
+     cross join lateral (
+       select least(t.room,
+                    coalesce((t.rule ->> 'max')::int - (
+                      select count(*)
+                        from (select 1
+                                from pyjobq.job r
+                               where r.status = 2
+                                 and r.concurrency_key is not null
+                                 and r.job_type = t.job_type
+                                 and r.concurrency_key = k.key
+                               limit (t.rule ->> 'max')::int) r), t.room),
+                    coalesce((t.rule ->> 'rate')::int - coalesce((
+                      select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (t.rule ->> 'period')::interval)
+                        from pyjobq.rate_window w
+                       where w.job_type = t.job_type
+                         and w.concurrency_key = k.key), 0), t.room)) as room) r
+     cross join lateral (
+       select c.job_id
+         from pyjobq.job c
+        where c.status = 1
+          and c.concurrency_key is not null
+          and c.job_type = t.job_type
+          and c.concurrency_key = k.key
+          and c.run_after <= p_now
+        order by c.priority, c.run_after, c.seq
+        limit greatest(r.room, 0)) h
+     where p_by_key
+       and t.rule is not null
+  )
+  select array_agg(n.job_id), array_agg(n.priority), array_agg(n.fair), array_agg(n.nth)
+    into v_ids, v_priority, v_fair, v_nth
+    from (select j.job_id, j.priority, j.fair_rank is not null as fair,
+                 row_number() over (partition by j.priority, j.fair_rank is not null
+                                    order by j.fair_rank, j.run_after, j.seq) as nth
+            from (select distinct c.job_id from cand c) c
+            join pyjobq.job j on j.job_id = c.job_id) n;
+  -- Taking turns: the first turn is fair share's; the turn after a priority
+  -- is fair share's if it took its last job from claim order, and the other
+  -- way round.
+  for v_level in
+    select u.priority, count(*) filter (where u.fair) as fair, count(*) filter (where not u.fair) as plain
+      from unnest(v_priority, v_fair) u(priority, fair)
+     group by u.priority
+     order by u.priority
+  loop
+    if v_fair_turn then
+      v_fair_first := v_fair_first || v_level.priority;
+    end if;
+    v_fair_turn := case when v_level.fair > v_level.plain then false
+                        when v_level.fair < v_level.plain then true
+                        else v_fair_turn end;
+  end loop;
+  return array(select u.job_id
+                 from unnest(v_ids, v_priority, v_fair, v_nth) u(job_id, priority, fair, nth)
+                order by u.priority, u.nth, u.fair = (u.priority = any (v_fair_first)) desc);
+end;
+$$;
+
+comment on function pyjobq._claim_candidates(smallint[], int, jsonb, jsonb, timestamptz, boolean) is
+  'The due PENDING jobs of p_types a limited claim of p_limit jobs may take, in the claim''s order (fair-share '
+  'turns taken in turn with claim order): the first due jobs and each fair-share type''s first turns; or, with '
+  'p_by_key, for each type with key limits (p_keyed) and room (p_room), the first jobs of each of its keys with '
+  'room, visited key by key (10000 keys at most), and the jobs without a key limit among the first 1000 due.';
+
+create or replace function pyjobq._claim_choose(p_pool uuid[], p_limit int, p_room jsonb, p_keyed jsonb, p_at timestamptz)
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_mine text[];
+  v_pool uuid[];
+begin
+  select array_agg(o.job_id order by o.ord),
+         array_agg(distinct o.job_type || '/' || o.concurrency_key) filter (where o.keyed)
+    into v_pool, v_mine
+    from (select c.*
+            from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
+                         j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed
+                    from unnest(p_pool) with ordinality u(job_id, ord)
+                    join pyjobq.job j on j.job_id = u.job_id
+                   where j.status::int = 1  -- by id: see _lease
+                   order by u.ord
+                  offset 0) c
+           -- Tried as the candidates come, in order, until enough have passed.
+           where not c.keyed or pg_try_advisory_xact_lock(-c.job_type, hashtext(c.concurrency_key))
+           limit 2 * p_limit) o;
+  return array(
+    with cand as (
+      select u.ord, j.job_id, j.job_type, j.concurrency_key,
+             case when j.concurrency_key is not null and p_keyed ? j.job_type::text
+                  then j.job_type || '/' || j.concurrency_key end as key
+        from unnest(v_pool) with ordinality u(job_id, ord)
+        join pyjobq.job j on j.job_id = u.job_id and j.status::int = 1
+    ),
+    room as (
+      select m.key, least(
+               coalesce((m.rule ->> 'max')::int - (
+                 select count(*)
+                   from (select 1
+                           from pyjobq.job r
+                          where r.status = 2
+                            and r.concurrency_key is not null
+                            and r.job_type = m.job_type
+                            and r.concurrency_key = m.concurrency_key
+                          limit (m.rule ->> 'max')::int) r), p_limit),
+               coalesce((m.rule ->> 'rate')::int - coalesce((
+                 select case when w.claimed_at[cardinality(w.claimed_at)] > p_at then (m.rule ->> 'rate')::int
+                             else pyjobq._rate_used(w.claimed_at, w.claimed, p_at - (m.rule ->> 'period')::interval)
+                        end
+                   from pyjobq.rate_window w
+                  where w.job_type = m.job_type
+                    and w.concurrency_key = m.concurrency_key), 0), p_limit)) as left_
+        from (select k.key, split_part(k.key, '/', 1)::smallint as job_type,
+                     substr(k.key, position('/' in k.key) + 1) as concurrency_key,
+                     p_keyed -> split_part(k.key, '/', 1) as rule
+                from unnest(v_mine) k(key)) m
+    ),
+    keyed as (
+      select c.*
+        from (select c.*, row_number() over (partition by c.key order by c.ord) as nth
+                from cand c) c
+        left join room r on r.key = c.key
+       where c.key is null or c.nth <= r.left_
+    ),
+    typed as (
+      select k.*, row_number() over (partition by k.job_type order by k.ord) as nth_of_type
+        from keyed k
+    ),
+    picked as (
+      select t.job_id, t.ord
+        from typed t
+       where t.nth_of_type <= coalesce((p_room ->> t.job_type::text)::int, p_limit)
+       order by t.ord
+       limit p_limit
+    ),
+    locked as (
+      select l.job_id
+        from pyjobq.job l
+       where l.job_id in (select p.job_id from picked p)
+         and l.status::int = 1
+         for update skip locked
+    )
+    select p.job_id
+      from picked p
+      join locked l on l.job_id = p.job_id
+     order by p.ord);
+end;
+$$;
+
+comment on function pyjobq._claim_choose(uuid[], int, jsonb, jsonb, timestamptz) is
+  'Of the candidates p_pool, in order, the up to p_limit a limited claim at p_at takes: their concurrency key''s '
+  'lock tried, its room counted under it, the type rooms p_room kept; their rows locked for _lease.';
+
+create or replace function pyjobq._claim_limited(
+  p_worker_id text,
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
+)
+returns setof pyjobq.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+-- Nothing but a type lock is waited for (below), and that 50 ms at most.
+set lock_timeout = '100ms'
+as $$
+declare
+  c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
+  v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
+  v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
+  v_at timestamptz := p_now;       -- the claim's time
+  v_type record;
+  v_room jsonb := '{}';            -- room left, by "type", once counted
+  v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
+  v_fair boolean;
+  v_pool uuid[];
+  v_ids uuid[];
+  v_all uuid[] := '{}';            -- every job this claim leased
+  v_row pyjobq.claimed_job;
+begin
+  if current_setting('transaction_isolation') <> 'read committed'
+     and exists (select from pyjobq.job_type t
+                  where t.job_type = any (p_types)
+                    and (t.max_running is not null or t.key_max_running is not null)) then
+    raise exception 'job_claim of a type with a concurrency limit needs READ COMMITTED, not %',
+                    upper(current_setting('transaction_isolation'))
+      using errcode = 'JQ007',
+            detail = 'Under it the RUNNING jobs would be counted with the transaction''s first snapshot, '
+                     'which misses claims committed since.',
+            hint = 'Claim in a transaction of its own, or at READ COMMITTED.';
+  end if;
+  for v_type in
+    select t.job_type, t.max_running, t.rate_limit
+      from pyjobq.job_type t
+     where t.job_type = any (p_types)
+       and (t.max_running is not null or t.rate_limit is not null)
+     order by t.job_type
+  loop
+    if not pg_try_advisory_xact_lock(1887005297, v_type.job_type) then
+      begin
+        perform set_config('lock_timeout',
+                           greatest(1, ceil(extract(epoch from v_waited_until - clock_timestamp()) * 1000))::text
+                             || 'ms', true);
+        perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+        perform set_config('lock_timeout', '100ms', true);
+      exception when lock_not_available then
+        v_busy := v_busy || v_type.job_type;
+        continue;
+      end;
+    end if;
+    if v_type.rate_limit is not null then
+      -- A statement of its own: its snapshot follows the lock.
+      v_at := greatest(v_at, (select w.claimed_at[cardinality(w.claimed_at)]
+                                from pyjobq.rate_window w
+                               where w.job_type = v_type.job_type and w.concurrency_key = ''));
+    end if;
+  end loop;
+  p_types := array(select t from unnest(p_types) t where t <> all (v_busy));
+
+  for v_type in
+    select t.job_type, t.max_running, t.key_max_running, t.rate_limit, t.rate_period, t.key_rate_limit,
+           t.key_rate_period, w.claimed_at, w.claimed
+      from pyjobq.job_type t
+      left join pyjobq.rate_window w on w.job_type = t.job_type and w.concurrency_key = ''
+     where t.job_type = any (p_types)
+  loop
+    if v_type.max_running is not null then
+      v_room := v_room || jsonb_build_object(v_type.job_type::text, v_type.max_running - (
+        select count(*)
+          from (select 1
+                  from pyjobq.job r
+                 where r.lease_until is not null  -- RUNNING: job_running_has_lease
+                   and r.job_type = v_type.job_type
+                 limit v_type.max_running) as r));
+    end if;
+    if v_type.rate_limit is not null then
+      v_room := v_room || jsonb_build_object(v_type.job_type::text, least(
+        (v_room ->> v_type.job_type::text)::int,
+        v_type.rate_limit - pyjobq._rate_used(v_type.claimed_at, v_type.claimed, v_at - v_type.rate_period)));
+    end if;
+    if v_type.key_max_running is not null or v_type.key_rate_limit is not null then
+      v_keyed := v_keyed || jsonb_build_object(v_type.job_type::text, jsonb_build_object(
+        'max', v_type.key_max_running, 'rate', v_type.key_rate_limit, 'period', v_type.key_rate_period));
+    end if;
+  end loop;
+  v_fair := exists (select from pyjobq.job_type t where t.job_type = any (p_types) and t.fair_share);
+
+  if v_keyed = '{}' and not v_fair
+     and not exists (select from jsonb_each_text(v_room) r where r.value::int < p_limit) then
+    -- No limit can bind within this claim: no key has one, no type is fair,
+    -- and every limited type has room for all p_limit jobs. Then the claim is
+    -- the plain one, resuming from the session's claim front, at the claim's
+    -- time. (A type limit that never binds costs its lock and its count.)
+    for v_row in select * from pyjobq._claim_pick(p_worker_id, p_types, p_limit, p_lease, v_at) loop
+      v_all := v_all || v_row.job_id;
+      return next v_row;
+    end loop;
+  else
+    -- The first due jobs: where no key is full, they are the claim.
+    v_pool := pyjobq._claim_candidates(p_types, p_limit, v_room, v_keyed, p_now, false);
+    v_ids := pyjobq._claim_choose(v_pool, p_limit, v_room, v_keyed, v_at);
+    if v_ids <> '{}' then
+      for v_row in select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at) loop
+        v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
+        return next v_row;
+      end loop;
+      -- Counted now: the keys' rooms below are read from their windows.
+      perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+    end if;
+    -- Full keys ahead: the claim visits keys, not jobs.
+    if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit and v_keyed <> '{}' then
+      v_pool := pyjobq._claim_candidates(p_types, p_limit - cardinality(v_ids), v_room, v_keyed, p_now, true);
+      v_ids := pyjobq._claim_choose(v_pool, p_limit - cardinality(v_ids), v_room, v_keyed, v_at);
+      if v_ids <> '{}' then
+        return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
+        perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+      end if;
+    end if;
+    return;
+  end if;
+  perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_all), v_at);
+end;
+$$;
+
+comment on function pyjobq._claim_limited(text, smallint[], int, int, timestamptz) is
+  'job_claim for job types with concurrency or rate limits or fair share: takes up to p_limit due PENDING jobs, '
+  'in claim order and the fair-share ones in their turns, while their type and concurrency key have room, '
+  'counted under advisory locks. Its work is bounded by the keys with jobs due, not by the jobs of full keys. '
+  'A type whose lock another claim holds for more than 50 ms is left out of this claim. Raises JQ007 for a '
+  'type with a concurrency limit outside READ COMMITTED.';
+
+create or replace function pyjobq.schema_version()
+returns int
+language sql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select 35
+$$;
+
+comment on function pyjobq.schema_version() is
+  'Version of the pyjobq schema installed in this database: 1 + the number of schema changes since the first release.';
+
+
+revoke all on all functions in schema pyjobq from public;

@@ -79,14 +79,8 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
   'seconds (never past the type''s timeout): RUNNING, attempts + 1, a new lease token. Returns them in the '
   'order of p_ids. Every claim path ends here.';
 
-create or replace function pyjobq._claim_pick(
-  p_worker_id text,
-  p_types smallint[],
-  p_limit int,
-  p_lease int,
-  p_now timestamptz
-)
-returns setof pyjobq.claimed_job
+create or replace function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
+returns uuid[]
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -179,19 +173,19 @@ begin
     into v_ids, v_from_head, v_priority, v_run_after, v_seq
     from picked p;
   if v_ids is null then
-    return;
+    return '{}';
   end if;
-  return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, p_now);
   -- A head scan starts a new second of life; resuming keeps the old front's.
   perform pyjobq._claim_front_write(row(
     v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
     v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
+  return v_ids;
 end;
 $$;
 
-comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
-  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
-  'resuming from this session''s claim front, and writes the new front.';
+comment on function pyjobq._claim_pick(smallint[], int, timestamptz) is
+  'The plain claim''s choice: up to p_limit due PENDING jobs of p_types at p_now, in claim order, resuming from '
+  'this session''s claim front, their rows locked for _lease; writes the new front.';
 
 create or replace function pyjobq._rate_taken(p_ids uuid[])
 returns jsonb
@@ -219,6 +213,128 @@ $$;
 comment on function pyjobq._rate_taken(uuid[]) is
   'The jobs p_ids counted where a rate window counts them, as _rate_record_taken takes them.';
 
+create or replace function pyjobq._claim_lock_types(inout p_types smallint[], inout p_at timestamptz)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '100ms'
+as $$
+declare
+  c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
+  v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
+  v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
+  v_type record;
+begin
+  if current_setting('transaction_isolation') <> 'read committed'
+     and exists (select from pyjobq.job_type t
+                  where t.job_type = any (p_types)
+                    and (t.max_running is not null or t.key_max_running is not null)) then
+    raise exception 'job_claim of a type with a concurrency limit needs READ COMMITTED, not %',
+                    upper(current_setting('transaction_isolation'))
+      using errcode = 'JQ007',
+            detail = 'Under it the RUNNING jobs would be counted with the transaction''s first snapshot, '
+                     'which misses claims committed since.',
+            hint = 'Claim in a transaction of its own, or at READ COMMITTED.';
+  end if;
+  for v_type in
+    select t.job_type, t.max_running, t.rate_limit
+      from pyjobq.job_type t
+     where t.job_type = any (p_types)
+       and (t.max_running is not null or t.rate_limit is not null)
+     order by t.job_type
+  loop
+    if not pg_try_advisory_xact_lock(1887005297, v_type.job_type) then
+      begin
+        perform set_config('lock_timeout',
+                           greatest(1, ceil(extract(epoch from v_waited_until - clock_timestamp()) * 1000))::text
+                             || 'ms', true);
+        perform pg_advisory_xact_lock(1887005297, v_type.job_type);
+        perform set_config('lock_timeout', '100ms', true);
+      exception when lock_not_available then
+        v_busy := v_busy || v_type.job_type;
+        continue;
+      end;
+    end if;
+    if v_type.rate_limit is not null then
+      -- A statement of its own: its snapshot follows the lock.
+      p_at := greatest(p_at, (select w.claimed_at[cardinality(w.claimed_at)]
+                                from pyjobq.rate_window w
+                               where w.job_type = v_type.job_type and w.concurrency_key = ''));
+    end if;
+  end loop;
+  p_types := array(select t from unnest(p_types) t where t <> all (v_busy));
+end;
+$$;
+
+comment on function pyjobq._claim_lock_types(smallint[], timestamptz) is
+  'Takes the advisory locks of the types p_types that have a type limit, in type order, waiting 50 ms at most in '
+  'all; returns the types whose lock it holds or that need none, and the claim''s time (p_at, or later where a '
+  'type''s rate window already holds a later one). Raises JQ007 for a type with a concurrency limit outside '
+  'READ COMMITTED.';
+
+create or replace function pyjobq._claim_key_heads(p_job_type smallint, p_room int, p_rule jsonb, p_now timestamptz)
+returns setof uuid
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+  with recursive keys as (
+    (select c.concurrency_key as key
+       from pyjobq.job c
+      where c.status = 1
+        and c.concurrency_key is not null
+        and c.job_type = p_job_type
+      order by c.concurrency_key
+      limit 1)
+    union all
+    select (select c.concurrency_key
+              from pyjobq.job c
+             where c.status = 1
+               and c.concurrency_key is not null
+               and c.job_type = p_job_type
+               and c.concurrency_key > k.key
+             order by c.concurrency_key
+             limit 1)
+      from keys k
+     where k.key is not null
+  )
+  select h.job_id
+    from (select k.key from keys k where k.key is not null limit 10000) k
+   cross join lateral (
+     select least(p_room,
+                  coalesce((p_rule ->> 'max')::int - (
+                    select count(*)
+                      from (select 1
+                              from pyjobq.job r
+                             where r.status = 2
+                               and r.concurrency_key is not null
+                               and r.job_type = p_job_type
+                               and r.concurrency_key = k.key
+                             limit (p_rule ->> 'max')::int) r), p_room),
+                  coalesce((p_rule ->> 'rate')::int - coalesce((
+                    select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (p_rule ->> 'period')::interval)
+                      from pyjobq.rate_window w
+                     where w.job_type = p_job_type
+                       and w.concurrency_key = k.key), 0), p_room)) as room) r
+   cross join lateral (
+     select c.job_id
+       from pyjobq.job c
+      where c.status = 1
+        and c.concurrency_key is not null
+        and c.job_type = p_job_type
+        and c.concurrency_key = k.key
+        and c.run_after <= p_now
+      order by c.priority, c.run_after, c.seq
+      limit greatest(r.room, 0)) h
+$$;
+
+comment on function pyjobq._claim_key_heads(smallint, int, jsonb, timestamptz) is
+  'For a limited claim behind full keys: the first due PENDING jobs of each concurrency key of type p_job_type '
+  'with room, as many as its room under the key limits p_rule and at most p_room, keys visited one index probe '
+  'each (10000 at most).';
+
 create or replace function pyjobq._claim_candidates(
   p_types smallint[],
   p_limit int,
@@ -235,7 +351,6 @@ set enable_sort = off
 set jit = off
 as $$
 declare
-  c_keys constant int := 10000;     -- keys of a type visited, at most
   c_visits constant int := 1000;    -- due jobs looked at for those the key visit cannot see
   v_ids uuid[];
   v_priority int[];
@@ -293,54 +408,7 @@ begin
     union all
     select h.job_id
       from types t
-     cross join lateral (
-       with recursive keys as (
-         (select c.concurrency_key as key
-            from pyjobq.job c
-           where c.status = 1
-             and c.concurrency_key is not null
-             and c.job_type = t.job_type
-           order by c.concurrency_key
-           limit 1)
-         union all
-         select (select c.concurrency_key
-                   from pyjobq.job c
-                  where c.status = 1
-                    and c.concurrency_key is not null
-                    and c.job_type = t.job_type
-                    and c.concurrency_key > k.key
-                  order by c.concurrency_key
-                  limit 1)
-           from keys k
-          where k.key is not null
-       )
-       select k.key from keys k where k.key is not null limit c_keys) k
-     cross join lateral (
-       select least(t.room,
-                    coalesce((t.rule ->> 'max')::int - (
-                      select count(*)
-                        from (select 1
-                                from pyjobq.job r
-                               where r.status = 2
-                                 and r.concurrency_key is not null
-                                 and r.job_type = t.job_type
-                                 and r.concurrency_key = k.key
-                               limit (t.rule ->> 'max')::int) r), t.room),
-                    coalesce((t.rule ->> 'rate')::int - coalesce((
-                      select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (t.rule ->> 'period')::interval)
-                        from pyjobq.rate_window w
-                       where w.job_type = t.job_type
-                         and w.concurrency_key = k.key), 0), t.room)) as room) r
-     cross join lateral (
-       select c.job_id
-         from pyjobq.job c
-        where c.status = 1
-          and c.concurrency_key is not null
-          and c.job_type = t.job_type
-          and c.concurrency_key = k.key
-          and c.run_after <= p_now
-        order by c.priority, c.run_after, c.seq
-        limit greatest(r.room, 0)) h
+     cross join lateral pyjobq._claim_key_heads(t.job_type, t.room, t.rule, p_now) h(job_id)
      where p_by_key
        and t.rule is not null
   )
@@ -350,7 +418,8 @@ begin
                  row_number() over (partition by j.priority, j.fair_rank is not null
                                     order by j.fair_rank, j.run_after, j.seq) as nth
             from (select distinct c.job_id from cand c) c
-            join pyjobq.job j on j.job_id = c.job_id) n;
+           -- By id, one probe each, whatever the statistics say (see _lease).
+           cross join lateral (select j.* from pyjobq.job j where j.job_id = c.job_id limit 1) j) n;
   -- Taking turns: the first turn is fair share's; the turn after a priority
   -- is fair share's if it took its last job from claim order, and the other
   -- way round.
@@ -398,8 +467,8 @@ begin
             from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
                          j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed
                     from unnest(p_pool) with ordinality u(job_id, ord)
-                    join pyjobq.job j on j.job_id = u.job_id
-                   where j.status::int = 1  -- by id: see _lease
+                   cross join lateral (select j.* from pyjobq.job j
+                                        where j.job_id = u.job_id and j.status::int = 1 limit 1) j
                    order by u.ord
                   offset 0) c
            -- Tried as the candidates come, in order, until enough have passed.
@@ -411,7 +480,8 @@ begin
              case when j.concurrency_key is not null and p_keyed ? j.job_type::text
                   then j.job_type || '/' || j.concurrency_key end as key
         from unnest(v_pool) with ordinality u(job_id, ord)
-        join pyjobq.job j on j.job_id = u.job_id and j.status::int = 1
+       cross join lateral (select j.* from pyjobq.job j
+                            where j.job_id = u.job_id and j.status::int = 1 limit 1) j
     ),
     room as (
       select m.key, least(
@@ -485,14 +555,11 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
--- Nothing but a type lock is waited for (below), and that 50 ms at most.
+-- Nothing but a type lock is waited for (_claim_lock_types), and that 50 ms at most.
 set lock_timeout = '100ms'
 as $$
 declare
-  c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
-  v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
-  v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
-  v_at timestamptz := p_now;       -- the claim's time
+  v_at timestamptz;                -- the claim's time
   v_type record;
   v_room jsonb := '{}';            -- room left, by "type", once counted
   v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
@@ -502,44 +569,7 @@ declare
   v_all uuid[] := '{}';            -- every job this claim leased
   v_row pyjobq.claimed_job;
 begin
-  if current_setting('transaction_isolation') <> 'read committed'
-     and exists (select from pyjobq.job_type t
-                  where t.job_type = any (p_types)
-                    and (t.max_running is not null or t.key_max_running is not null)) then
-    raise exception 'job_claim of a type with a concurrency limit needs READ COMMITTED, not %',
-                    upper(current_setting('transaction_isolation'))
-      using errcode = 'JQ007',
-            detail = 'Under it the RUNNING jobs would be counted with the transaction''s first snapshot, '
-                     'which misses claims committed since.',
-            hint = 'Claim in a transaction of its own, or at READ COMMITTED.';
-  end if;
-  for v_type in
-    select t.job_type, t.max_running, t.rate_limit
-      from pyjobq.job_type t
-     where t.job_type = any (p_types)
-       and (t.max_running is not null or t.rate_limit is not null)
-     order by t.job_type
-  loop
-    if not pg_try_advisory_xact_lock(1887005297, v_type.job_type) then
-      begin
-        perform set_config('lock_timeout',
-                           greatest(1, ceil(extract(epoch from v_waited_until - clock_timestamp()) * 1000))::text
-                             || 'ms', true);
-        perform pg_advisory_xact_lock(1887005297, v_type.job_type);
-        perform set_config('lock_timeout', '100ms', true);
-      exception when lock_not_available then
-        v_busy := v_busy || v_type.job_type;
-        continue;
-      end;
-    end if;
-    if v_type.rate_limit is not null then
-      -- A statement of its own: its snapshot follows the lock.
-      v_at := greatest(v_at, (select w.claimed_at[cardinality(w.claimed_at)]
-                                from pyjobq.rate_window w
-                               where w.job_type = v_type.job_type and w.concurrency_key = ''));
-    end if;
-  end loop;
-  p_types := array(select t from unnest(p_types) t where t <> all (v_busy));
+  select l.p_types, l.p_at into p_types, v_at from pyjobq._claim_lock_types(p_types, p_now) l;
 
   for v_type in
     select t.job_type, t.max_running, t.key_max_running, t.rate_limit, t.rate_period, t.key_rate_limit,
@@ -575,7 +605,7 @@ begin
     -- and every limited type has room for all p_limit jobs. Then the claim is
     -- the plain one, resuming from the session's claim front, at the claim's
     -- time. (A type limit that never binds costs its lock and its count.)
-    for v_row in select * from pyjobq._claim_pick(p_worker_id, p_types, p_limit, p_lease, v_at) loop
+    for v_row in select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(p_types, p_limit, v_at), p_lease, v_at) loop
       v_all := v_all || v_row.job_id;
       return next v_row;
     end loop;
@@ -612,6 +642,65 @@ comment on function pyjobq._claim_limited(text, smallint[], int, int, timestampt
   'counted under advisory locks. Its work is bounded by the keys with jobs due, not by the jobs of full keys. '
   'A type whose lock another claim holds for more than 50 ms is left out of this claim. Raises JQ007 for a '
   'type with a concurrency limit outside READ COMMITTED.';
+
+create or replace function pyjobq.job_claim(
+  p_worker_id text,
+  p_limit int default null,
+  p_lease_seconds int default null,
+  p_job_types int[] default null
+)
+returns table (
+  job_id uuid,
+  job_type int,
+  priority int,
+  payload jsonb,
+  attempt int,
+  max_attempts int,
+  dedupe_key text,
+  run_after timestamptz,
+  lease_until timestamptz,
+  created_at timestamptz,
+  lease_token uuid,
+  metadata jsonb,
+  parent_results jsonb
+)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1);
+  v_lease int := coalesce(p_lease_seconds, 300);
+  v_types smallint[];
+begin
+  perform pyjobq._check_text('p_worker_id', p_worker_id, 80, false);
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
+  perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
+  v_types := pyjobq._work_types(p_job_types);
+  if exists (select 1 from pyjobq.job_type t
+              where t.job_type = any (v_types)
+                and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
+                     or t.key_rate_limit is not null or t.fair_share)) then
+    return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
+  else
+    return query select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(v_types, v_limit, v_now), v_lease, v_now);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_claim(text, int, int, int[]) is
+  'Atomically takes up to p_limit (1..1000, default 1) due PENDING jobs, lowest priority value then earliest '
+  'run_after first, of the given job types (default all), and leases them to p_worker_id (1..80 chars) for '
+  'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
+  'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
+  'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
+  'round robin across their concurrency keys. Returns the claimed jobs with their metadata, and for a job with '
+  'parents (job_enqueue''s p_depends_on) their results (parent_results: a JSON array of {job_id, job_type, '
+  'status, result} in the order the enqueue named them); attempt and lease_token '
+  '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
+  'is due.';
 
 create or replace function pyjobq.schema_version()
 returns int

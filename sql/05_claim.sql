@@ -219,18 +219,12 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
   'seconds (never past the type''s timeout): RUNNING, attempts + 1, a new lease token. Returns them in the '
   'order of p_ids. Every claim path ends here.';
 
--- The plain claim, once job_claim has checked its arguments and privileges:
--- resume from this session's claim front (or scan from the head), pick with
--- SKIP LOCKED, lease, and write the new front. The front is read and written
--- here only.
-create function pyjobq._claim_pick(
-  p_worker_id text,
-  p_types smallint[],
-  p_limit int,
-  p_lease int,
-  p_now timestamptz
-)
-returns setof pyjobq.claimed_job
+-- The plain claim's choice, once job_claim has checked its arguments and
+-- privileges: resume from this session's claim front (or scan from the
+-- head), pick with SKIP LOCKED, and write the new front; the caller leases
+-- what it picked. The front is read and written here only.
+create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
+returns uuid[]
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -323,19 +317,19 @@ begin
     into v_ids, v_from_head, v_priority, v_run_after, v_seq
     from picked p;
   if v_ids is null then
-    return;
+    return '{}';
   end if;
-  return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, p_now);
   -- A head scan starts a new second of life; resuming keeps the old front's.
   perform pyjobq._claim_front_write(row(
     v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
     v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
+  return v_ids;
 end;
 $$;
 
-comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
-  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
-  'resuming from this session''s claim front, and writes the new front.';
+comment on function pyjobq._claim_pick(smallint[], int, timestamptz) is
+  'The plain claim''s choice: up to p_limit due PENDING jobs of p_types at p_now, in claim order, resuming from '
+  'this session''s claim front, their rows locked for _lease; writes the new front.';
 
 -- The job types a claim (or job_next_due) looks at: p_job_types checked, or
 -- every registered type when null. Types whose work privilege names roles the
@@ -418,7 +412,7 @@ begin
                      or t.key_rate_limit is not null or t.fair_share)) then
     return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
   else
-    return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+    return query select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(v_types, v_limit, v_now), v_lease, v_now);
   end if;
 end;
 $$;

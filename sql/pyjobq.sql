@@ -2112,18 +2112,12 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
   'seconds (never past the type''s timeout): RUNNING, attempts + 1, a new lease token. Returns them in the '
   'order of p_ids. Every claim path ends here.';
 
--- The plain claim, once job_claim has checked its arguments and privileges:
--- resume from this session's claim front (or scan from the head), pick with
--- SKIP LOCKED, lease, and write the new front. The front is read and written
--- here only.
-create function pyjobq._claim_pick(
-  p_worker_id text,
-  p_types smallint[],
-  p_limit int,
-  p_lease int,
-  p_now timestamptz
-)
-returns setof pyjobq.claimed_job
+-- The plain claim's choice, once job_claim has checked its arguments and
+-- privileges: resume from this session's claim front (or scan from the
+-- head), pick with SKIP LOCKED, and write the new front; the caller leases
+-- what it picked. The front is read and written here only.
+create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
+returns uuid[]
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -2216,19 +2210,19 @@ begin
     into v_ids, v_from_head, v_priority, v_run_after, v_seq
     from picked p;
   if v_ids is null then
-    return;
+    return '{}';
   end if;
-  return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, p_now);
   -- A head scan starts a new second of life; resuming keeps the old front's.
   perform pyjobq._claim_front_write(row(
     v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
     v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
+  return v_ids;
 end;
 $$;
 
-comment on function pyjobq._claim_pick(text, smallint[], int, int, timestamptz) is
-  'job_claim once its arguments are checked: takes up to p_limit due PENDING jobs of p_types for p_worker_id, '
-  'resuming from this session''s claim front, and writes the new front.';
+comment on function pyjobq._claim_pick(smallint[], int, timestamptz) is
+  'The plain claim''s choice: up to p_limit due PENDING jobs of p_types at p_now, in claim order, resuming from '
+  'this session''s claim front, their rows locked for _lease; writes the new front.';
 
 -- The job types a claim (or job_next_due) looks at: p_job_types checked, or
 -- every registered type when null. Types whose work privilege names roles the
@@ -2311,7 +2305,7 @@ begin
                      or t.key_rate_limit is not null or t.fair_share)) then
     return query select * from pyjobq._claim_limited(p_worker_id, v_types, v_limit, v_lease, v_now);
   else
-    return query select * from pyjobq._claim_pick(p_worker_id, v_types, v_limit, v_lease, v_now);
+    return query select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(v_types, v_limit, v_now), v_lease, v_now);
   end if;
 end;
 $$;
@@ -2672,19 +2666,24 @@ comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
 -- The limited claim -----------------------------------------------------------
 --
 -- Concurrency and rate limits. A claim that may take jobs of a type with a
--- limit (job_type_set_limits) walks the due jobs in claim order and takes a
--- job only while its type, and its concurrency key, have room. Room is counted
--- under a transaction-level advisory lock, so that no two claims count the
--- same room: for the type, taken for every type with a limit on its whole up
--- front in type order (never in a cycle); for a key, tried as the walk
--- reaches it, and a key another claim holds has no room for this one (it
--- takes the key's jobs next time). A type lock another claim holds is waited
--- for, but 50 ms at most in all, whatever the number of types: a claim
--- committed in the usual few milliseconds lets the next one through, and one
--- left open (a client claiming inside a long transaction, a paused debugger)
--- costs the others 50 ms and that type's jobs until it ends; their claims take
--- every other type's. Locks are in the two-integer space: (1887005297, type)
--- for a type, (-type, hashtext(key)) for a key.
+-- limit (job_type_set_limits) takes due jobs in claim order (fair-share jobs
+-- in their turns) only while their type, and their concurrency key, have
+-- room. Room is counted under a transaction-level advisory lock, so that no
+-- two claims count the same room: for the type, taken for every type with a
+-- limit on its whole up front in type order (never in a cycle); for a key,
+-- tried as the claim's candidates come, and a key another claim holds has no
+-- room for this one, which takes the next keys' jobs. A type lock another
+-- claim holds is waited for, but 50 ms at most in all, whatever the number
+-- of types: a claim committed in the usual few milliseconds lets the next one
+-- through, and one left open (a client claiming inside a long transaction, a
+-- paused debugger) costs the others 50 ms and that type's jobs until it ends;
+-- their claims take every other type's. Locks are in the two-integer space:
+-- (1887005297, type) for a type, (-type, hashtext(key)) for a key.
+--
+-- The candidates are the first due jobs, a few times what the claim wants.
+-- When full keys' jobs fill them (one customer's million jobs ahead of
+-- everyone else's), the claim visits the keys with jobs due instead, one
+-- index probe a key: its work is bounded by the keys, not by the backlog.
 --
 -- The RUNNING jobs are counted with the statement's snapshot, taken after the
 -- lock: only READ COMMITTED gives each statement its own. Under REPEATABLE
@@ -2703,35 +2702,24 @@ comment on function pyjobq._fair_ranks(int, int, text[], int, timestamptz) is
 -- go; a key window holding a later time than that has no room for this claim.
 -- Its jobs start at that time (run_started_at), the time the windows count.
 -- Claims of types without limits never come here.
-create function pyjobq._claim_limited(
-  p_worker_id text,
-  p_types smallint[],
-  p_limit int,
-  p_lease int,
-  p_now timestamptz
-)
-returns setof pyjobq.claimed_job
+
+-- The types' locks of a limited claim, taken in type order (never in a
+-- cycle); a lock another claim holds is waited for 50 ms at most in all,
+-- and its type left out of this claim. Returns the types claimed and the
+-- claim's time: p_at, or the latest time their type rate windows hold, if
+-- later. Refuses (JQ007) a claim of a type with a concurrency limit outside
+-- READ COMMITTED.
+create function pyjobq._claim_lock_types(inout p_types smallint[], inout p_at timestamptz)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
-set enable_sort = off
-set jit = off
--- Nothing but a type lock is waited for (below), and that 50 ms at most.
 set lock_timeout = '100ms'
 as $$
 declare
   c_lock_wait constant interval := '50 milliseconds';  -- for type locks, in all
   v_waited_until timestamptz := clock_timestamp() + c_lock_wait;
   v_busy smallint[] := '{}';       -- types another claim holds: not claimed this time
-  v_at timestamptz := p_now;       -- the claim's time
   v_type record;
-  v_room jsonb := '{}';            -- room left, by "type", once counted
-  v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
-  v_fair boolean;
-  v_pool uuid[];
-  v_ids uuid[];
-  v_all uuid[] := '{}';            -- every job this claim leased
-  v_row pyjobq.claimed_job;
 begin
   if current_setting('transaction_isolation') <> 'read committed'
      and exists (select from pyjobq.job_type t
@@ -2765,12 +2753,49 @@ begin
     end if;
     if v_type.rate_limit is not null then
       -- A statement of its own: its snapshot follows the lock.
-      v_at := greatest(v_at, (select w.claimed_at[cardinality(w.claimed_at)]
+      p_at := greatest(p_at, (select w.claimed_at[cardinality(w.claimed_at)]
                                 from pyjobq.rate_window w
                                where w.job_type = v_type.job_type and w.concurrency_key = ''));
     end if;
   end loop;
   p_types := array(select t from unnest(p_types) t where t <> all (v_busy));
+end;
+$$;
+
+comment on function pyjobq._claim_lock_types(smallint[], timestamptz) is
+  'Takes the advisory locks of the types p_types that have a type limit, in type order, waiting 50 ms at most in '
+  'all; returns the types whose lock it holds or that need none, and the claim''s time (p_at, or later where a '
+  'type''s rate window already holds a later one). Raises JQ007 for a type with a concurrency limit outside '
+  'READ COMMITTED.';
+
+create function pyjobq._claim_limited(
+  p_worker_id text,
+  p_types smallint[],
+  p_limit int,
+  p_lease int,
+  p_now timestamptz
+)
+returns setof pyjobq.claimed_job
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+-- Nothing but a type lock is waited for (_claim_lock_types), and that 50 ms at most.
+set lock_timeout = '100ms'
+as $$
+declare
+  v_at timestamptz;                -- the claim's time
+  v_type record;
+  v_room jsonb := '{}';            -- room left, by "type", once counted
+  v_keyed jsonb := '{}';           -- key limits, by "type": {max, rate, period}
+  v_fair boolean;
+  v_pool uuid[];
+  v_ids uuid[];
+  v_all uuid[] := '{}';            -- every job this claim leased
+  v_row pyjobq.claimed_job;
+begin
+  select l.p_types, l.p_at into p_types, v_at from pyjobq._claim_lock_types(p_types, p_now) l;
 
   for v_type in
     select t.job_type, t.max_running, t.key_max_running, t.rate_limit, t.rate_period, t.key_rate_limit,
@@ -2806,7 +2831,7 @@ begin
     -- and every limited type has room for all p_limit jobs. Then the claim is
     -- the plain one, resuming from the session's claim front, at the claim's
     -- time. (A type limit that never binds costs its lock and its count.)
-    for v_row in select * from pyjobq._claim_pick(p_worker_id, p_types, p_limit, p_lease, v_at) loop
+    for v_row in select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(p_types, p_limit, v_at), p_lease, v_at) loop
       v_all := v_all || v_row.job_id;
       return next v_row;
     end loop;
@@ -2844,20 +2869,86 @@ comment on function pyjobq._claim_limited(text, smallint[], int, int, timestampt
   'A type whose lock another claim holds for more than 50 ms is left out of this claim. Raises JQ007 for a '
   'type with a concurrency limit outside READ COMMITTED.';
 
+-- The key visit of a limited claim, for one type with key limits (p_rule,
+-- as _claim_limited keeps it) and room for p_room jobs: a skip scan of
+-- job_key_claim_idx finds the keys with jobs due, one index probe a key
+-- however many jobs it holds, and each key with room gives its first due
+-- jobs, as many as its room. The room read here, without the keys' locks,
+-- only narrows the visit: _claim_choose counts it again under them.
+create function pyjobq._claim_key_heads(p_job_type smallint, p_room int, p_rule jsonb, p_now timestamptz)
+returns setof uuid
+language sql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+set enable_sort = off
+set jit = off
+as $$
+  with recursive keys as (
+    (select c.concurrency_key as key
+       from pyjobq.job c
+      where c.status = 1
+        and c.concurrency_key is not null
+        and c.job_type = p_job_type
+      order by c.concurrency_key
+      limit 1)
+    union all
+    select (select c.concurrency_key
+              from pyjobq.job c
+             where c.status = 1
+               and c.concurrency_key is not null
+               and c.job_type = p_job_type
+               and c.concurrency_key > k.key
+             order by c.concurrency_key
+             limit 1)
+      from keys k
+     where k.key is not null
+  )
+  select h.job_id
+    from (select k.key from keys k where k.key is not null limit 10000) k
+   cross join lateral (
+     select least(p_room,
+                  coalesce((p_rule ->> 'max')::int - (
+                    select count(*)
+                      from (select 1
+                              from pyjobq.job r
+                             where r.status = 2
+                               and r.concurrency_key is not null
+                               and r.job_type = p_job_type
+                               and r.concurrency_key = k.key
+                             limit (p_rule ->> 'max')::int) r), p_room),
+                  coalesce((p_rule ->> 'rate')::int - coalesce((
+                    select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (p_rule ->> 'period')::interval)
+                      from pyjobq.rate_window w
+                     where w.job_type = p_job_type
+                       and w.concurrency_key = k.key), 0), p_room)) as room) r
+   cross join lateral (
+     select c.job_id
+       from pyjobq.job c
+      where c.status = 1
+        and c.concurrency_key is not null
+        and c.job_type = p_job_type
+        and c.concurrency_key = k.key
+        and c.run_after <= p_now
+      order by c.priority, c.run_after, c.seq
+      limit greatest(r.room, 0)) h
+$$;
+
+comment on function pyjobq._claim_key_heads(smallint, int, jsonb, timestamptz) is
+  'For a limited claim behind full keys: the first due PENDING jobs of each concurrency key of type p_job_type '
+  'with room, as many as its room under the key limits p_rule and at most p_room, keys visited one index probe '
+  'each (10000 at most).';
+
 -- The jobs a limited claim of p_limit may take, in the claim's order. First
 -- (p_by_key false) the first due jobs in claim order, four times what the
 -- claim wants, and each fair-share type's first jobs in their turns: where no
 -- key is full, they are the claim. Then, when full keys' jobs filled those
 -- (one customer's million jobs ahead of everyone else's; p_by_key true),
--- the keys of each type with key limits are visited instead: a skip scan of
--- job_key_claim_idx finds the keys with jobs due, one index probe a key
--- however many jobs it holds, and each key with room gives its first jobs, as
--- many as its room. The room read here, without the keys' locks, only
--- narrows the visit: _claim_choose counts it again under them. Jobs without
--- a key, and types without key limits, are not in that index: they are
--- looked for among the first c_visits due jobs in claim order, so a full
--- key's backlog longer than that holds them back in a claim that includes
--- its type (claim them apart, p_job_types, where that matters).
+-- the keys of each type with key limits are visited instead
+-- (_claim_key_heads). Jobs without a key, and types without key limits, are
+-- not in the index that visit reads: they are looked for among the first
+-- c_visits due jobs in claim order, so a full key's backlog longer than that
+-- holds them back in a claim that includes its type (claim them apart,
+-- p_job_types, where that matters).
 --
 -- The order: priority first; within one, jobs in claim order and fair-share
 -- jobs in their turns take turns, fair share first, the turn carried over
@@ -2878,7 +2969,6 @@ set enable_sort = off
 set jit = off
 as $$
 declare
-  c_keys constant int := 10000;     -- keys of a type visited, at most
   c_visits constant int := 1000;    -- due jobs looked at for those the key visit cannot see
   v_ids uuid[];
   v_priority int[];
@@ -2936,54 +3026,7 @@ begin
     union all
     select h.job_id
       from types t
-     cross join lateral (
-       with recursive keys as (
-         (select c.concurrency_key as key
-            from pyjobq.job c
-           where c.status = 1
-             and c.concurrency_key is not null
-             and c.job_type = t.job_type
-           order by c.concurrency_key
-           limit 1)
-         union all
-         select (select c.concurrency_key
-                   from pyjobq.job c
-                  where c.status = 1
-                    and c.concurrency_key is not null
-                    and c.job_type = t.job_type
-                    and c.concurrency_key > k.key
-                  order by c.concurrency_key
-                  limit 1)
-           from keys k
-          where k.key is not null
-       )
-       select k.key from keys k where k.key is not null limit c_keys) k
-     cross join lateral (
-       select least(t.room,
-                    coalesce((t.rule ->> 'max')::int - (
-                      select count(*)
-                        from (select 1
-                                from pyjobq.job r
-                               where r.status = 2
-                                 and r.concurrency_key is not null
-                                 and r.job_type = t.job_type
-                                 and r.concurrency_key = k.key
-                               limit (t.rule ->> 'max')::int) r), t.room),
-                    coalesce((t.rule ->> 'rate')::int - coalesce((
-                      select pyjobq._rate_used(w.claimed_at, w.claimed, p_now - (t.rule ->> 'period')::interval)
-                        from pyjobq.rate_window w
-                       where w.job_type = t.job_type
-                         and w.concurrency_key = k.key), 0), t.room)) as room) r
-     cross join lateral (
-       select c.job_id
-         from pyjobq.job c
-        where c.status = 1
-          and c.concurrency_key is not null
-          and c.job_type = t.job_type
-          and c.concurrency_key = k.key
-          and c.run_after <= p_now
-        order by c.priority, c.run_after, c.seq
-        limit greatest(r.room, 0)) h
+     cross join lateral pyjobq._claim_key_heads(t.job_type, t.room, t.rule, p_now) h(job_id)
      where p_by_key
        and t.rule is not null
   )
@@ -2993,7 +3036,8 @@ begin
                  row_number() over (partition by j.priority, j.fair_rank is not null
                                     order by j.fair_rank, j.run_after, j.seq) as nth
             from (select distinct c.job_id from cand c) c
-            join pyjobq.job j on j.job_id = c.job_id) n;
+           -- By id, one probe each, whatever the statistics say (see _lease).
+           cross join lateral (select j.* from pyjobq.job j where j.job_id = c.job_id limit 1) j) n;
   -- Taking turns: the first turn is fair share's; the turn after a priority
   -- is fair share's if it took its last job from claim order, and the other
   -- way round.
@@ -3023,6 +3067,8 @@ comment on function pyjobq._claim_candidates(smallint[], int, jsonb, jsonb, time
   'room, visited key by key (10000 keys at most), and the jobs without a key limit among the first 1000 due.';
 
 -- A limited claim's choice among candidates (p_pool, in the claim's order).
+-- (Each candidate is looked up by id, one probe of the primary key, whatever
+-- the statistics say: see _lease.)
 -- First the locks of their keys are tried, in that order, until enough jobs
 -- have one: a key another claim holds has no room for this one, which takes
 -- the next keys instead. Then, in a statement whose snapshot follows the
@@ -3048,8 +3094,8 @@ begin
             from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
                          j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed
                     from unnest(p_pool) with ordinality u(job_id, ord)
-                    join pyjobq.job j on j.job_id = u.job_id
-                   where j.status::int = 1  -- by id: see _lease
+                   cross join lateral (select j.* from pyjobq.job j
+                                        where j.job_id = u.job_id and j.status::int = 1 limit 1) j
                    order by u.ord
                   offset 0) c
            -- Tried as the candidates come, in order, until enough have passed.
@@ -3061,7 +3107,8 @@ begin
              case when j.concurrency_key is not null and p_keyed ? j.job_type::text
                   then j.job_type || '/' || j.concurrency_key end as key
         from unnest(v_pool) with ordinality u(job_id, ord)
-        join pyjobq.job j on j.job_id = u.job_id and j.status::int = 1
+       cross join lateral (select j.* from pyjobq.job j
+                            where j.job_id = u.job_id and j.status::int = 1 limit 1) j
     ),
     room as (
       select m.key, least(

@@ -140,7 +140,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 35
+  select 36
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -398,6 +398,22 @@ create table pyjobq.job_batch (
 comment on table pyjobq.job_batch is
   'Batches of jobs: how many joined (total) and how many ended DONE, DEAD or CANCELLED; the callbacks to '
   'enqueue (on success, finish, a dead member) and the jobs enqueued for them. Written by the pyjobq functions.';
+
+-- The jobs that joined a batch, counted by their enqueue without touching the
+-- batch row (whose lock, held until the enqueue commits, would hold up every
+-- completion of a member): a row per enqueue, folded into the batch's counts
+-- by the next call that holds the batch row (_batch_fold).
+create table pyjobq.job_batch_join (
+  batch_id uuid not null,
+  total int not null,
+  cancelled int not null
+);
+
+create index job_batch_join_idx on pyjobq.job_batch_join (batch_id);
+
+comment on table pyjobq.job_batch_join is
+  'Jobs that joined a batch (total), those born CANCELLED among them, per enqueue, not yet in the batch''s '
+  'counts. Written by the pyjobq functions.';
 
 -- job_list(p_batch_id): a batch's members. Only members enter it.
 create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;

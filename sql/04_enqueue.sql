@@ -151,7 +151,7 @@ begin
   -- With parents: WAITING for those still to end, or CANCELLED at once by one
   -- that ended DEAD or CANCELLED (unless it runs on parent failure).
   if p_parents is not null then
-    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._lock_parents(p_parents) l;
+    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._read_parents(p_parents) l;
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
@@ -205,10 +205,7 @@ begin
         perform pyjobq._link_parents(v_id, p_parents);
       end if;
       if p_batch_id is not null then
-        perform pyjobq._batch_add(p_batch_id, 1);
-        if v_status = 5 then
-          perform pyjobq._batch_count(array[v_id], p_now);  -- born CANCELLED: it ended
-        end if;
+        perform pyjobq._batch_add(p_batch_id, 1, case when v_status = 5 then 1 else 0 end);
       end if;
       if v_status = 1 then
         perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -273,11 +270,7 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
   perform pyjobq._check_payload('p_metadata', p_metadata);
-  -- Job rows before the batch row, as every call takes them (see _ended).
   if p_batch_id is not null then
-    if p_depends_on is not null then
-      perform pyjobq._lock_parents(p_depends_on);
-    end if;
     perform pyjobq._batch_join(p_batch_id);
   end if;
 
@@ -405,16 +398,7 @@ begin
   if p_depends_on is not null then
     perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
   end if;
-  -- Job rows before the batch row, as every call takes them (see _ended): the
-  -- parents named by id, then the batch.
   if p_batch_id is not null then
-    if p_depends_on is not null then
-      perform pyjobq._lock_parents(array(
-        select distinct r.id
-          from unnest(p_depends_on) with ordinality d(spec, i)
-         cross join lateral pyjobq._row_parents(d.spec, d.i::int) r
-         where r.id is not null));
-    end if;
     perform pyjobq._batch_join(p_batch_id);
   end if;
 

@@ -20,10 +20,15 @@
 -- enqueued with p_on_parent_failure => 'run', which counts it as resolved like
 -- DONE. A child cancelled so resolves its own dependants in turn.
 --
--- An enqueue naming a parent locks it (FOR NO KEY UPDATE) until it commits, so
--- the parent cannot end unseen in between: either its end commits first and
--- the enqueue sees it ended (the edge is born resolved), or the end waits for
--- the enqueue's commit and then finds the new edge.
+-- An enqueue naming a parent takes no lock on it: a producer may keep its
+-- transaction open for as long as it likes (a web request), and the parent's
+-- holder must not wait for it. The enqueue reads its parents as its
+-- statement's snapshot has them, and leaves the rest to its commit (_settle,
+-- a deferred trigger): there each parent still live is locked for the
+-- moment of the commit and marked (has_dependants), so that its end, whether
+-- it waits for that commit or comes after, finds the new edge; and a parent
+-- that ended meanwhile, whose end could not see the edge, is resolved for it
+-- there and then, as its end would have done.
 
 create function pyjobq._check_on_parent_failure(p_on_parent_failure text)
 returns boolean
@@ -48,9 +53,10 @@ comment on function pyjobq._check_on_parent_failure(text) is
   'Whether a job runs after a parent ended DEAD or CANCELLED: false for p_on_parent_failure ''cancel'' or null, '
   'true for ''run''; 22023 for anything else.';
 
--- The parents of a job about to be enqueued: checked, locked in id order, and
--- summed up as the state the new job starts in.
-create function pyjobq._lock_parents(p_parents uuid[], out waiting int, out failure text)
+-- The parents of a job about to be enqueued: checked, read in one snapshot,
+-- and summed up as the state the new job starts in. Those not ended are
+-- listed for the commit to settle (_settle).
+create function pyjobq._read_parents(p_parents uuid[], out waiting int, out failure text)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -58,6 +64,7 @@ as $$
 declare
   v_found int;
   v_wanted int := (select count(distinct u.id) from unnest(p_parents) u(id));
+  v_live uuid[];
   v_missing uuid;
 begin
   if cardinality(p_parents) > 100000 then
@@ -70,31 +77,17 @@ begin
       using errcode = '22004',
             hint = 'Name each parent by the job_id its enqueue returned.';
   end if;
-  -- Live parents, then ended ones. A parent that moves between the two while
-  -- this statement waits for its lock is in neither of its snapshot's: the
-  -- next statement, with a snapshot of its own, finds it where it went.
+  -- Read again when one is missing: a job that ended into the history's
+  -- default partition is in neither table for a read planned before
+  -- job_history_maintain moved it to its day's partition and attached that.
   for v_try in 1 .. 3 loop
-    with live as materialized (
-      select p.job_id, p.status
-        from pyjobq.job p
-       where p.job_id = any (p_parents)
-       order by p.job_id
-         for no key update
-    ), ended as materialized (
-      select p.job_id, p.status
-        from pyjobq.job_history p
-       where p.job_id = any (p_parents)
-       order by p.job_id
-         for no key update
-    ), locked as (
-      select l.job_id, l.status from live l
-      union all
-      select e.job_id, e.status from ended e
-    )
-    select count(*), count(*) filter (where l.status in (1, 2, 6)),
-           min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
-      into v_found, waiting, failure
-      from locked l;
+    select count(*), count(*) filter (where p.status in (1, 2, 6)),
+           min(format('parent %s ended %s', p.job_id, pyjobq._status_name(p.status)))
+             filter (where p.status in (4, 5)),
+           array_agg(p.job_id) filter (where p.status in (1, 2, 6))
+      into v_found, waiting, failure, v_live
+      from pyjobq.job_all p
+     where p.job_id = any (p_parents);
     exit when v_found >= v_wanted;
   end loop;
   if v_found < v_wanted then
@@ -110,13 +103,14 @@ begin
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
                                                       from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
+  perform pyjobq._settle_later('pyjobq.settle_parents', v_live);
 end;
 $$;
 
-comment on function pyjobq._lock_parents(uuid[]) is
-  'Locks the jobs p_parents (FOR NO KEY UPDATE, in id order) for the enqueue of their child: JQ002 when one '
-  'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
-  'text naming one that ended DEAD or CANCELLED (null when none did).';
+comment on function pyjobq._read_parents(uuid[]) is
+  'Reads the jobs p_parents for the enqueue of their child, taking no lock: JQ002 when one does not exist, '
+  '42501 when the caller may not observe one''s type. Returns how many have not ended, and a text naming one '
+  'that ended DEAD or CANCELLED (null when none did); lists those not ended for the commit (_settle).';
 
 -- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
 -- array of job ids (strings) and 1-based positions of earlier rows.
@@ -222,7 +216,7 @@ begin
            order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
   v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
   if cardinality(v_external) > 0 then
-    perform pyjobq._lock_parents(v_external);
+    perform pyjobq._read_parents(v_external);
   end if;
   select array_agg(j.status order by x.n)
     into v_status
@@ -281,10 +275,7 @@ begin
     perform pyjobq._mark_parents(v_external);
   end if;
   if p_batch_id is not null then
-    perform pyjobq._batch_add(p_batch_id, v_count);
-    if true = any (v_cancel) then
-      perform pyjobq._batch_count(array(select v_ids[i] from generate_series(1, v_count) i where v_cancel[i]), p_now);
-    end if;
+    perform pyjobq._batch_add(p_batch_id, v_count, cardinality(array_positions(v_cancel, true)));
   end if;
   if exists (select from generate_series(1, v_count) i where not v_cancel[i] and v_wait[i] = 0) then
     perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -299,9 +290,9 @@ comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, t
   'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
   'job_enqueue makes each. Returns every row, created.';
 
--- The mark of parents named by a new child (has_dependants), live or ended:
--- job_prune keeps an ended one while the child has yet to end, and deletes
--- the edges with it.
+-- The mark of ended parents named by a new child (has_dependants): job_prune
+-- keeps an ended one while the child has yet to end, and deletes the edges
+-- with it. (A live parent is marked at the commit, by _settle.)
 create function pyjobq._mark_parents(p_parents uuid[])
 returns void
 language plpgsql
@@ -309,10 +300,6 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  update pyjobq.job p
-     set has_dependants = true
-   where p.job_id = any (p_parents)
-     and not p.has_dependants;
   update pyjobq.job_history p
      set has_dependants = true
    where p.job_id = any (p_parents)
@@ -321,9 +308,9 @@ end;
 $$;
 
 comment on function pyjobq._mark_parents(uuid[]) is
-  'Marks the jobs p_parents, live or ended, as having dependants (has_dependants).';
+  'Marks the ended jobs among p_parents as having dependants (has_dependants).';
 
--- The rows of job_edge for a new child of parents locked by _lock_parents.
+-- The rows of job_edge for a new child of parents read by _read_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
 language plpgsql
@@ -343,7 +330,7 @@ $$;
 
 comment on function pyjobq._link_parents(uuid, uuid[]) is
   'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
-  'marks the parents as having dependants.';
+  'marks the ended ones as having dependants.';
 
 -- The lock order of a cascade. A completion takes the WAITING children of the
 -- jobs it completes in id order, in one statement. A parent that ends DEAD
@@ -394,7 +381,7 @@ comment on function pyjobq._lock_reach(uuid[], boolean) is
 -- locked after every job row the cascade locks, never before: a call
 -- counting batch members and another ending their parents take their locks
 -- in the same order.
-create function pyjobq._ended(p_ended uuid[], p_now timestamptz)
+create function pyjobq._ended(p_ended uuid[], p_now timestamptz, p_members boolean default true)
 returns void
 language plpgsql
 volatile
@@ -402,7 +389,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_ended uuid[] := p_ended;
-  v_members uuid[] := p_ended;
+  v_members uuid[] := case when p_members then p_ended else '{}' end;
   v_ends pyjobq.job_end[];
   v_types smallint[];
   v_type smallint;
@@ -472,8 +459,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._ended(uuid[], timestamptz) is
-  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches, and resolves their '
+comment on function pyjobq._ended(uuid[], timestamptz, boolean) is
+  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches (unless p_members is '
+  'false: the commit of a dependant''s enqueue resolving parents that ended before it), and resolves their '
   'edges: each WAITING child '
   'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
   'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '

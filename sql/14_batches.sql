@@ -8,7 +8,15 @@
 -- ends DEAD. Each is enqueued exactly once, by the call that makes it due,
 -- whatever calls race: every change to a batch's counts or state takes the
 -- batch row's lock, and a callback is enqueued only while its job id on the
--- row is null, in the transaction that sets it. A member's end is counted
+-- row is null, in the transaction that sets it.
+--
+-- A producer holds no lock a worker waits for, however long its transaction
+-- stays open: joining a batch takes its row FOR KEY SHARE, which the
+-- counting of ends does not conflict with and job_batch_close (FOR UPDATE)
+-- does, so a batch is closed only once the enqueues into it have ended. The
+-- new members are written apart (job_batch_join), and folded into the
+-- batch's counts by the next call that holds its row once they are
+-- committed: a completion of a member, or the close. A member's end is counted
 -- by the call that ended it (once per call and batch); a redriven member is
 -- taken off its count, to be counted again at its next end. A callback's
 -- payload is the one given at open, with "batch": {batch_id, total, done,
@@ -84,9 +92,8 @@ comment on function pyjobq.job_batch_open(jsonb) is
   'exactly once: success when the closed batch''s members are all DONE, finish when they have all ended, dead '
   'at the first member DEAD; each payload gets "batch": {batch_id, total, done, dead, cancelled}.';
 
--- The batch a new job joins, locked until the enqueue commits (its count of
--- members goes up at the end of the enqueue): JQ002 when there is none,
--- JQ006 when it is closed.
+-- The batch a new job joins, held open (FOR KEY SHARE) until the enqueue
+-- commits: JQ002 when there is none, JQ006 when it is closed.
 create function pyjobq._batch_join(p_batch_id uuid)
 returns void
 language plpgsql
@@ -99,7 +106,7 @@ begin
   select b.closed_at into v_closed
     from pyjobq.job_batch b
    where b.batch_id = p_batch_id
-     for no key update;
+     for key share;
   if not found then
     raise exception 'batch % not found', p_batch_id
       using errcode = 'JQ002',
@@ -115,10 +122,12 @@ end;
 $$;
 
 comment on function pyjobq._batch_join(uuid) is
-  'Locks batch p_batch_id for an enqueue of its members: JQ002 when it does not exist, JQ006 when it is closed.';
+  'Holds batch p_batch_id open (FOR KEY SHARE) for an enqueue of its members: JQ002 when it does not exist, JQ006 '
+  'when it is closed.';
 
--- Jobs that joined batch p_batch_id (locked by _batch_join).
-create function pyjobq._batch_add(p_batch_id uuid, p_jobs int)
+-- Jobs that joined batch p_batch_id (held by _batch_join), p_cancelled of
+-- them born CANCELLED.
+create function pyjobq._batch_add(p_batch_id uuid, p_jobs int, p_cancelled int default 0)
 returns void
 language plpgsql
 volatile
@@ -126,13 +135,41 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
   if p_batch_id is not null and p_jobs > 0 then
-    update pyjobq.job_batch b set total = b.total + p_jobs where b.batch_id = p_batch_id;
+    insert into pyjobq.job_batch_join (batch_id, total, cancelled) values (p_batch_id, p_jobs, p_cancelled);
   end if;
 end;
 $$;
 
-comment on function pyjobq._batch_add(uuid, int) is
-  'Counts p_jobs new members of batch p_batch_id (none when it is null).';
+comment on function pyjobq._batch_add(uuid, int, int) is
+  'Counts p_jobs new members of batch p_batch_id (none when it is null), p_cancelled of them born CANCELLED, '
+  'apart from the batch row (job_batch_join).';
+
+-- The committed joins of batches p_batches, whose rows the caller holds,
+-- folded into their counts.
+create function pyjobq._batch_fold(p_batches uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  with joined as (
+    delete from pyjobq.job_batch_join j
+     where j.batch_id = any (p_batches)
+    returning j.batch_id, j.total, j.cancelled
+  )
+  update pyjobq.job_batch b
+     set total = b.total + j.total,
+         cancelled = b.cancelled + j.cancelled
+    from (select j.batch_id, sum(j.total)::int as total, sum(j.cancelled)::int as cancelled
+            from joined j
+           group by j.batch_id) j
+   where b.batch_id = j.batch_id;
+end;
+$$;
+
+comment on function pyjobq._batch_fold(uuid[]) is
+  'Moves the committed rows of job_batch_join of the batches p_batches (locked by the caller) into their counts.';
 
 -- A batch's callback, enqueued now.
 create function pyjobq._batch_callback(p_batch pyjobq.job_batch, p_which text, p_now timestamptz)
@@ -213,18 +250,24 @@ declare
   v_sign int := case when p_left is null then 1 else -1 end;
   v_batches uuid[];
 begin
+  -- In id order: two calls counting members of the same batches cannot deadlock.
+  v_batches := array(select b.batch_id
+                       from pyjobq.job_batch b
+                      where b.batch_id in (select j.batch_id
+                                             from pyjobq.job_all j
+                                            where j.job_id = any (p_ids)
+                                              and j.batch_id is not null)
+                      order by b.batch_id
+                        for no key update);
+  if v_batches = '{}' then
+    return;
+  end if;
+  perform pyjobq._batch_fold(v_batches);
   with members as (
     select j.batch_id, coalesce(u.left_as, j.status) as status
       from unnest(p_ids, p_left) u(id, left_as)
       join pyjobq.job_all j on j.job_id = u.id
      where j.batch_id is not null
-  ), locked as materialized (
-    -- In id order: two calls counting members of the same batches cannot deadlock.
-    select b.batch_id
-      from pyjobq.job_batch b
-     where b.batch_id in (select m.batch_id from members m)
-     order by b.batch_id
-       for no key update
   ), counted as (
     update pyjobq.job_batch b
        set done = b.done + v_sign * m.done,
@@ -236,9 +279,8 @@ begin
                    count(*) filter (where m.status = 4)::int as dead,
                    count(*) filter (where m.status = 5)::int as cancelled
               from members m
-             group by m.batch_id) m, locked l
+             group by m.batch_id) m
      where b.batch_id = m.batch_id
-       and l.batch_id = b.batch_id
     returning b.batch_id
   )
   select array_agg(c.batch_id) into v_batches from counted c;
@@ -269,19 +311,23 @@ begin
       using errcode = '22004',
             hint = 'Pass the id job_batch_open returned.';
   end if;
-  update pyjobq.job_batch b
-     set closed_at = coalesce(b.closed_at, v_now)
-   where b.batch_id = p_batch_id;
+  -- FOR UPDATE waits for the enqueues into it (FOR KEY SHARE) to end; the
+  -- next statement sees the members they added.
+  perform from pyjobq.job_batch b where b.batch_id = p_batch_id for update;
   if not found then
     raise exception 'batch % not found', p_batch_id
       using errcode = 'JQ002';
   end if;
+  perform pyjobq._batch_fold(array[p_batch_id]);
+  update pyjobq.job_batch b
+     set closed_at = coalesce(b.closed_at, v_now)
+   where b.batch_id = p_batch_id;
   perform pyjobq._batch_fire(array[p_batch_id], v_now);
 end;
 $$;
 
 comment on function pyjobq.job_batch_close(uuid) is
-  'Closes batch p_batch_id: no job joins it any more (JQ006), and once its members have all ended it is '
+  'Closes batch p_batch_id, once the enqueues into it under way have ended: no job joins it any more (JQ006), and once its members have all ended it is '
   'finished (at once when they have), its callbacks enqueued. Closing a closed batch changes nothing. JQ002 '
   'when there is no such batch.';
 
@@ -317,9 +363,15 @@ begin
          case when b.finished_at is not null then 'finished'
               when b.closed_at is not null then 'closed'
               else 'open' end,
-         b.total, b.total - b.done - b.dead - b.cancelled, b.done, b.dead, b.cancelled,
+         b.total + j.total, b.total + j.total - b.done - b.dead - b.cancelled - j.cancelled, b.done, b.dead,
+         b.cancelled + j.cancelled,
          b.created_at, b.closed_at, b.finished_at, b.success_job, b.finish_job, b.dead_job
     from pyjobq.job_batch b
+   cross join lateral (
+     -- Joins not yet folded into the counts.
+     select coalesce(sum(n.total), 0)::int as total, coalesce(sum(n.cancelled), 0)::int as cancelled
+       from pyjobq.job_batch_join n
+      where n.batch_id = b.batch_id) j
    where b.batch_id = p_batch_id;
 end;
 $$;
@@ -328,3 +380,88 @@ comment on function pyjobq.job_batch_get(uuid) is
   'Batch p_batch_id: its state (open, closed, finished: closed with every member ended), how many jobs joined '
   '(total), how many have yet to end (active) and how many ended DONE, DEAD and CANCELLED, and the callback '
   'jobs enqueued so far. No row when there is no such batch.';
+
+-- The commit of an enqueue with parents --------------------------------------
+--
+-- What an enqueue with parents leaves to its commit, so that its transaction
+-- holds no lock on them while it stays open (see "Dependencies"). The enqueue
+-- lists the parents it found live in a transaction-local setting; a deferred
+-- trigger on the new edges runs _settle once at the commit (its first event
+-- does the work, the others find nothing listed). The setting is the
+-- caller's to write, so nothing listed is taken on trust: a live parent is
+-- locked and marked, which costs it nothing, and an ended parent has its
+-- unresolved edges resolved, which only the edges of enqueues not yet
+-- committed can be.
+
+create function pyjobq._settle_later(p_setting text, p_ids uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_list text := coalesce(current_setting(p_setting, true), '');
+  v_add text := array_to_string(p_ids, ',');
+begin
+  -- A loop of enqueues naming the same parents lists them once.
+  if coalesce(v_add, '') <> '' and right(v_list, length(v_add)) is distinct from v_add then
+    perform set_config(p_setting, concat_ws(',', nullif(v_list, ''), v_add), true);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._settle_later(text, uuid[]) is
+  'Adds the ids p_ids to the list in setting p_setting that this transaction''s commit settles (_settle).';
+
+create function pyjobq._settle_list(p_setting text)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(array_agg(distinct u.id::uuid order by u.id::uuid), '{}')
+    from unnest(string_to_array(current_setting(p_setting, true), ',')) u(id)
+   where u.id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+$$;
+
+comment on function pyjobq._settle_list(text) is
+  'The ids listed in setting p_setting (anything else there ignored), distinct, in order.';
+
+create function pyjobq._settle()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := pyjobq._settle_list('pyjobq.settle_parents');
+  v_ended uuid[];
+begin
+  if v_parents = '{}' then
+    return null;
+  end if;
+  perform set_config('pyjobq.settle_parents', '', true);
+  -- In id order, as every call takes job rows; this waits only for a call
+  -- ending one of them, never for a producer.
+  perform from pyjobq.job p where p.job_id = any (v_parents) order by p.job_id for no key update;
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (v_parents)
+     and not p.has_dependants;
+  v_ended := array(select h.job_id from pyjobq.job_history h where h.job_id = any (v_parents));
+  if v_ended <> '{}' then
+    perform pyjobq._ended(v_ended, pyjobq.clock_now(), false);
+  end if;
+  return null;
+end;
+$$;
+
+comment on function pyjobq._settle() is
+  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live, and '
+  'resolves the edges of those that ended since.';
+
+create constraint trigger job_edge_settle
+  after insert on pyjobq.job_edge
+  deferrable initially deferred
+  for each row
+  execute function pyjobq._settle();

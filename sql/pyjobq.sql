@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 35
+  select 36
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -417,6 +417,22 @@ create table pyjobq.job_batch (
 comment on table pyjobq.job_batch is
   'Batches of jobs: how many joined (total) and how many ended DONE, DEAD or CANCELLED; the callbacks to '
   'enqueue (on success, finish, a dead member) and the jobs enqueued for them. Written by the pyjobq functions.';
+
+-- The jobs that joined a batch, counted by their enqueue without touching the
+-- batch row (whose lock, held until the enqueue commits, would hold up every
+-- completion of a member): a row per enqueue, folded into the batch's counts
+-- by the next call that holds the batch row (_batch_fold).
+create table pyjobq.job_batch_join (
+  batch_id uuid not null,
+  total int not null,
+  cancelled int not null
+);
+
+create index job_batch_join_idx on pyjobq.job_batch_join (batch_id);
+
+comment on table pyjobq.job_batch_join is
+  'Jobs that joined a batch (total), those born CANCELLED among them, per enqueue, not yet in the batch''s '
+  'counts. Written by the pyjobq functions.';
 
 -- job_list(p_batch_id): a batch's members. Only members enter it.
 create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
@@ -1486,7 +1502,7 @@ begin
   -- With parents: WAITING for those still to end, or CANCELLED at once by one
   -- that ended DEAD or CANCELLED (unless it runs on parent failure).
   if p_parents is not null then
-    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._lock_parents(p_parents) l;
+    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._read_parents(p_parents) l;
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
@@ -1540,10 +1556,7 @@ begin
         perform pyjobq._link_parents(v_id, p_parents);
       end if;
       if p_batch_id is not null then
-        perform pyjobq._batch_add(p_batch_id, 1);
-        if v_status = 5 then
-          perform pyjobq._batch_count(array[v_id], p_now);  -- born CANCELLED: it ended
-        end if;
+        perform pyjobq._batch_add(p_batch_id, 1, case when v_status = 5 then 1 else 0 end);
       end if;
       if v_status = 1 then
         perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -1608,11 +1621,7 @@ begin
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
   perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
   perform pyjobq._check_payload('p_metadata', p_metadata);
-  -- Job rows before the batch row, as every call takes them (see _ended).
   if p_batch_id is not null then
-    if p_depends_on is not null then
-      perform pyjobq._lock_parents(p_depends_on);
-    end if;
     perform pyjobq._batch_join(p_batch_id);
   end if;
 
@@ -1740,16 +1749,7 @@ begin
   if p_depends_on is not null then
     perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
   end if;
-  -- Job rows before the batch row, as every call takes them (see _ended): the
-  -- parents named by id, then the batch.
   if p_batch_id is not null then
-    if p_depends_on is not null then
-      perform pyjobq._lock_parents(array(
-        select distinct r.id
-          from unnest(p_depends_on) with ordinality d(spec, i)
-         cross join lateral pyjobq._row_parents(d.spec, d.i::int) r
-         where r.id is not null));
-    end if;
     perform pyjobq._batch_join(p_batch_id);
   end if;
 
@@ -5491,10 +5491,15 @@ comment on function pyjobq.job_audit(bigint, int) is
 -- enqueued with p_on_parent_failure => 'run', which counts it as resolved like
 -- DONE. A child cancelled so resolves its own dependants in turn.
 --
--- An enqueue naming a parent locks it (FOR NO KEY UPDATE) until it commits, so
--- the parent cannot end unseen in between: either its end commits first and
--- the enqueue sees it ended (the edge is born resolved), or the end waits for
--- the enqueue's commit and then finds the new edge.
+-- An enqueue naming a parent takes no lock on it: a producer may keep its
+-- transaction open for as long as it likes (a web request), and the parent's
+-- holder must not wait for it. The enqueue reads its parents as its
+-- statement's snapshot has them, and leaves the rest to its commit (_settle,
+-- a deferred trigger): there each parent still live is locked for the
+-- moment of the commit and marked (has_dependants), so that its end, whether
+-- it waits for that commit or comes after, finds the new edge; and a parent
+-- that ended meanwhile, whose end could not see the edge, is resolved for it
+-- there and then, as its end would have done.
 
 create function pyjobq._check_on_parent_failure(p_on_parent_failure text)
 returns boolean
@@ -5519,9 +5524,10 @@ comment on function pyjobq._check_on_parent_failure(text) is
   'Whether a job runs after a parent ended DEAD or CANCELLED: false for p_on_parent_failure ''cancel'' or null, '
   'true for ''run''; 22023 for anything else.';
 
--- The parents of a job about to be enqueued: checked, locked in id order, and
--- summed up as the state the new job starts in.
-create function pyjobq._lock_parents(p_parents uuid[], out waiting int, out failure text)
+-- The parents of a job about to be enqueued: checked, read in one snapshot,
+-- and summed up as the state the new job starts in. Those not ended are
+-- listed for the commit to settle (_settle).
+create function pyjobq._read_parents(p_parents uuid[], out waiting int, out failure text)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -5529,6 +5535,7 @@ as $$
 declare
   v_found int;
   v_wanted int := (select count(distinct u.id) from unnest(p_parents) u(id));
+  v_live uuid[];
   v_missing uuid;
 begin
   if cardinality(p_parents) > 100000 then
@@ -5541,31 +5548,17 @@ begin
       using errcode = '22004',
             hint = 'Name each parent by the job_id its enqueue returned.';
   end if;
-  -- Live parents, then ended ones. A parent that moves between the two while
-  -- this statement waits for its lock is in neither of its snapshot's: the
-  -- next statement, with a snapshot of its own, finds it where it went.
+  -- Read again when one is missing: a job that ended into the history's
+  -- default partition is in neither table for a read planned before
+  -- job_history_maintain moved it to its day's partition and attached that.
   for v_try in 1 .. 3 loop
-    with live as materialized (
-      select p.job_id, p.status
-        from pyjobq.job p
-       where p.job_id = any (p_parents)
-       order by p.job_id
-         for no key update
-    ), ended as materialized (
-      select p.job_id, p.status
-        from pyjobq.job_history p
-       where p.job_id = any (p_parents)
-       order by p.job_id
-         for no key update
-    ), locked as (
-      select l.job_id, l.status from live l
-      union all
-      select e.job_id, e.status from ended e
-    )
-    select count(*), count(*) filter (where l.status in (1, 2, 6)),
-           min(format('parent %s ended %s', l.job_id, pyjobq._status_name(l.status))) filter (where l.status in (4, 5))
-      into v_found, waiting, failure
-      from locked l;
+    select count(*), count(*) filter (where p.status in (1, 2, 6)),
+           min(format('parent %s ended %s', p.job_id, pyjobq._status_name(p.status)))
+             filter (where p.status in (4, 5)),
+           array_agg(p.job_id) filter (where p.status in (1, 2, 6))
+      into v_found, waiting, failure, v_live
+      from pyjobq.job_all p
+     where p.job_id = any (p_parents);
     exit when v_found >= v_wanted;
   end loop;
   if v_found < v_wanted then
@@ -5581,13 +5574,14 @@ begin
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
                                                       from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
+  perform pyjobq._settle_later('pyjobq.settle_parents', v_live);
 end;
 $$;
 
-comment on function pyjobq._lock_parents(uuid[]) is
-  'Locks the jobs p_parents (FOR NO KEY UPDATE, in id order) for the enqueue of their child: JQ002 when one '
-  'does not exist, 42501 when the caller may not observe one''s type. Returns how many have not ended, and a '
-  'text naming one that ended DEAD or CANCELLED (null when none did).';
+comment on function pyjobq._read_parents(uuid[]) is
+  'Reads the jobs p_parents for the enqueue of their child, taking no lock: JQ002 when one does not exist, '
+  '42501 when the caller may not observe one''s type. Returns how many have not ended, and a text naming one '
+  'that ended DEAD or CANCELLED (null when none did); lists those not ended for the commit (_settle).';
 
 -- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
 -- array of job ids (strings) and 1-based positions of earlier rows.
@@ -5693,7 +5687,7 @@ begin
            order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
   v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
   if cardinality(v_external) > 0 then
-    perform pyjobq._lock_parents(v_external);
+    perform pyjobq._read_parents(v_external);
   end if;
   select array_agg(j.status order by x.n)
     into v_status
@@ -5752,10 +5746,7 @@ begin
     perform pyjobq._mark_parents(v_external);
   end if;
   if p_batch_id is not null then
-    perform pyjobq._batch_add(p_batch_id, v_count);
-    if true = any (v_cancel) then
-      perform pyjobq._batch_count(array(select v_ids[i] from generate_series(1, v_count) i where v_cancel[i]), p_now);
-    end if;
+    perform pyjobq._batch_add(p_batch_id, v_count, cardinality(array_positions(v_cancel, true)));
   end if;
   if exists (select from generate_series(1, v_count) i where not v_cancel[i] and v_wait[i] = 0) then
     perform pyjobq._pending_from(p_run_after, p_now, true);
@@ -5770,9 +5761,9 @@ comment on function pyjobq._enqueue_graph(int, jsonb[], int, timestamptz, int, t
   'each for the jobs, their edges and their parents'' marks: WAITING, PENDING or CANCELLED at birth as '
   'job_enqueue makes each. Returns every row, created.';
 
--- The mark of parents named by a new child (has_dependants), live or ended:
--- job_prune keeps an ended one while the child has yet to end, and deletes
--- the edges with it.
+-- The mark of ended parents named by a new child (has_dependants): job_prune
+-- keeps an ended one while the child has yet to end, and deletes the edges
+-- with it. (A live parent is marked at the commit, by _settle.)
 create function pyjobq._mark_parents(p_parents uuid[])
 returns void
 language plpgsql
@@ -5780,10 +5771,6 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  update pyjobq.job p
-     set has_dependants = true
-   where p.job_id = any (p_parents)
-     and not p.has_dependants;
   update pyjobq.job_history p
      set has_dependants = true
    where p.job_id = any (p_parents)
@@ -5792,9 +5779,9 @@ end;
 $$;
 
 comment on function pyjobq._mark_parents(uuid[]) is
-  'Marks the jobs p_parents, live or ended, as having dependants (has_dependants).';
+  'Marks the ended jobs among p_parents as having dependants (has_dependants).';
 
--- The rows of job_edge for a new child of parents locked by _lock_parents.
+-- The rows of job_edge for a new child of parents read by _read_parents.
 create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
 returns void
 language plpgsql
@@ -5814,7 +5801,7 @@ $$;
 
 comment on function pyjobq._link_parents(uuid, uuid[]) is
   'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
-  'marks the parents as having dependants.';
+  'marks the ended ones as having dependants.';
 
 -- The lock order of a cascade. A completion takes the WAITING children of the
 -- jobs it completes in id order, in one statement. A parent that ends DEAD
@@ -5865,7 +5852,7 @@ comment on function pyjobq._lock_reach(uuid[], boolean) is
 -- locked after every job row the cascade locks, never before: a call
 -- counting batch members and another ending their parents take their locks
 -- in the same order.
-create function pyjobq._ended(p_ended uuid[], p_now timestamptz)
+create function pyjobq._ended(p_ended uuid[], p_now timestamptz, p_members boolean default true)
 returns void
 language plpgsql
 volatile
@@ -5873,7 +5860,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
   v_ended uuid[] := p_ended;
-  v_members uuid[] := p_ended;
+  v_members uuid[] := case when p_members then p_ended else '{}' end;
   v_ends pyjobq.job_end[];
   v_types smallint[];
   v_type smallint;
@@ -5943,8 +5930,9 @@ begin
 end;
 $$;
 
-comment on function pyjobq._ended(uuid[], timestamptz) is
-  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches, and resolves their '
+comment on function pyjobq._ended(uuid[], timestamptz, boolean) is
+  'Counts the jobs p_ended, which just ended (DONE, DEAD or CANCELLED), in their batches (unless p_members is '
+  'false: the commit of a dependant''s enqueue resolving parents that ended before it), and resolves their '
   'edges: each WAITING child '
   'counts them down and is PENDING at 0, or CANCELLED by a parent that ended DEAD or CANCELLED unless it runs '
   'on parent failure; children so cancelled resolve their own dependants. Announces the types of the jobs '
@@ -6020,7 +6008,15 @@ comment on function pyjobq.job_dependencies(uuid) is
 -- ends DEAD. Each is enqueued exactly once, by the call that makes it due,
 -- whatever calls race: every change to a batch's counts or state takes the
 -- batch row's lock, and a callback is enqueued only while its job id on the
--- row is null, in the transaction that sets it. A member's end is counted
+-- row is null, in the transaction that sets it.
+--
+-- A producer holds no lock a worker waits for, however long its transaction
+-- stays open: joining a batch takes its row FOR KEY SHARE, which the
+-- counting of ends does not conflict with and job_batch_close (FOR UPDATE)
+-- does, so a batch is closed only once the enqueues into it have ended. The
+-- new members are written apart (job_batch_join), and folded into the
+-- batch's counts by the next call that holds its row once they are
+-- committed: a completion of a member, or the close. A member's end is counted
 -- by the call that ended it (once per call and batch); a redriven member is
 -- taken off its count, to be counted again at its next end. A callback's
 -- payload is the one given at open, with "batch": {batch_id, total, done,
@@ -6096,9 +6092,8 @@ comment on function pyjobq.job_batch_open(jsonb) is
   'exactly once: success when the closed batch''s members are all DONE, finish when they have all ended, dead '
   'at the first member DEAD; each payload gets "batch": {batch_id, total, done, dead, cancelled}.';
 
--- The batch a new job joins, locked until the enqueue commits (its count of
--- members goes up at the end of the enqueue): JQ002 when there is none,
--- JQ006 when it is closed.
+-- The batch a new job joins, held open (FOR KEY SHARE) until the enqueue
+-- commits: JQ002 when there is none, JQ006 when it is closed.
 create function pyjobq._batch_join(p_batch_id uuid)
 returns void
 language plpgsql
@@ -6111,7 +6106,7 @@ begin
   select b.closed_at into v_closed
     from pyjobq.job_batch b
    where b.batch_id = p_batch_id
-     for no key update;
+     for key share;
   if not found then
     raise exception 'batch % not found', p_batch_id
       using errcode = 'JQ002',
@@ -6127,10 +6122,12 @@ end;
 $$;
 
 comment on function pyjobq._batch_join(uuid) is
-  'Locks batch p_batch_id for an enqueue of its members: JQ002 when it does not exist, JQ006 when it is closed.';
+  'Holds batch p_batch_id open (FOR KEY SHARE) for an enqueue of its members: JQ002 when it does not exist, JQ006 '
+  'when it is closed.';
 
--- Jobs that joined batch p_batch_id (locked by _batch_join).
-create function pyjobq._batch_add(p_batch_id uuid, p_jobs int)
+-- Jobs that joined batch p_batch_id (held by _batch_join), p_cancelled of
+-- them born CANCELLED.
+create function pyjobq._batch_add(p_batch_id uuid, p_jobs int, p_cancelled int default 0)
 returns void
 language plpgsql
 volatile
@@ -6138,13 +6135,41 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
   if p_batch_id is not null and p_jobs > 0 then
-    update pyjobq.job_batch b set total = b.total + p_jobs where b.batch_id = p_batch_id;
+    insert into pyjobq.job_batch_join (batch_id, total, cancelled) values (p_batch_id, p_jobs, p_cancelled);
   end if;
 end;
 $$;
 
-comment on function pyjobq._batch_add(uuid, int) is
-  'Counts p_jobs new members of batch p_batch_id (none when it is null).';
+comment on function pyjobq._batch_add(uuid, int, int) is
+  'Counts p_jobs new members of batch p_batch_id (none when it is null), p_cancelled of them born CANCELLED, '
+  'apart from the batch row (job_batch_join).';
+
+-- The committed joins of batches p_batches, whose rows the caller holds,
+-- folded into their counts.
+create function pyjobq._batch_fold(p_batches uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  with joined as (
+    delete from pyjobq.job_batch_join j
+     where j.batch_id = any (p_batches)
+    returning j.batch_id, j.total, j.cancelled
+  )
+  update pyjobq.job_batch b
+     set total = b.total + j.total,
+         cancelled = b.cancelled + j.cancelled
+    from (select j.batch_id, sum(j.total)::int as total, sum(j.cancelled)::int as cancelled
+            from joined j
+           group by j.batch_id) j
+   where b.batch_id = j.batch_id;
+end;
+$$;
+
+comment on function pyjobq._batch_fold(uuid[]) is
+  'Moves the committed rows of job_batch_join of the batches p_batches (locked by the caller) into their counts.';
 
 -- A batch's callback, enqueued now.
 create function pyjobq._batch_callback(p_batch pyjobq.job_batch, p_which text, p_now timestamptz)
@@ -6225,18 +6250,24 @@ declare
   v_sign int := case when p_left is null then 1 else -1 end;
   v_batches uuid[];
 begin
+  -- In id order: two calls counting members of the same batches cannot deadlock.
+  v_batches := array(select b.batch_id
+                       from pyjobq.job_batch b
+                      where b.batch_id in (select j.batch_id
+                                             from pyjobq.job_all j
+                                            where j.job_id = any (p_ids)
+                                              and j.batch_id is not null)
+                      order by b.batch_id
+                        for no key update);
+  if v_batches = '{}' then
+    return;
+  end if;
+  perform pyjobq._batch_fold(v_batches);
   with members as (
     select j.batch_id, coalesce(u.left_as, j.status) as status
       from unnest(p_ids, p_left) u(id, left_as)
       join pyjobq.job_all j on j.job_id = u.id
      where j.batch_id is not null
-  ), locked as materialized (
-    -- In id order: two calls counting members of the same batches cannot deadlock.
-    select b.batch_id
-      from pyjobq.job_batch b
-     where b.batch_id in (select m.batch_id from members m)
-     order by b.batch_id
-       for no key update
   ), counted as (
     update pyjobq.job_batch b
        set done = b.done + v_sign * m.done,
@@ -6248,9 +6279,8 @@ begin
                    count(*) filter (where m.status = 4)::int as dead,
                    count(*) filter (where m.status = 5)::int as cancelled
               from members m
-             group by m.batch_id) m, locked l
+             group by m.batch_id) m
      where b.batch_id = m.batch_id
-       and l.batch_id = b.batch_id
     returning b.batch_id
   )
   select array_agg(c.batch_id) into v_batches from counted c;
@@ -6281,19 +6311,23 @@ begin
       using errcode = '22004',
             hint = 'Pass the id job_batch_open returned.';
   end if;
-  update pyjobq.job_batch b
-     set closed_at = coalesce(b.closed_at, v_now)
-   where b.batch_id = p_batch_id;
+  -- FOR UPDATE waits for the enqueues into it (FOR KEY SHARE) to end; the
+  -- next statement sees the members they added.
+  perform from pyjobq.job_batch b where b.batch_id = p_batch_id for update;
   if not found then
     raise exception 'batch % not found', p_batch_id
       using errcode = 'JQ002';
   end if;
+  perform pyjobq._batch_fold(array[p_batch_id]);
+  update pyjobq.job_batch b
+     set closed_at = coalesce(b.closed_at, v_now)
+   where b.batch_id = p_batch_id;
   perform pyjobq._batch_fire(array[p_batch_id], v_now);
 end;
 $$;
 
 comment on function pyjobq.job_batch_close(uuid) is
-  'Closes batch p_batch_id: no job joins it any more (JQ006), and once its members have all ended it is '
+  'Closes batch p_batch_id, once the enqueues into it under way have ended: no job joins it any more (JQ006), and once its members have all ended it is '
   'finished (at once when they have), its callbacks enqueued. Closing a closed batch changes nothing. JQ002 '
   'when there is no such batch.';
 
@@ -6329,9 +6363,15 @@ begin
          case when b.finished_at is not null then 'finished'
               when b.closed_at is not null then 'closed'
               else 'open' end,
-         b.total, b.total - b.done - b.dead - b.cancelled, b.done, b.dead, b.cancelled,
+         b.total + j.total, b.total + j.total - b.done - b.dead - b.cancelled - j.cancelled, b.done, b.dead,
+         b.cancelled + j.cancelled,
          b.created_at, b.closed_at, b.finished_at, b.success_job, b.finish_job, b.dead_job
     from pyjobq.job_batch b
+   cross join lateral (
+     -- Joins not yet folded into the counts.
+     select coalesce(sum(n.total), 0)::int as total, coalesce(sum(n.cancelled), 0)::int as cancelled
+       from pyjobq.job_batch_join n
+      where n.batch_id = b.batch_id) j
    where b.batch_id = p_batch_id;
 end;
 $$;
@@ -6340,6 +6380,91 @@ comment on function pyjobq.job_batch_get(uuid) is
   'Batch p_batch_id: its state (open, closed, finished: closed with every member ended), how many jobs joined '
   '(total), how many have yet to end (active) and how many ended DONE, DEAD and CANCELLED, and the callback '
   'jobs enqueued so far. No row when there is no such batch.';
+
+-- The commit of an enqueue with parents --------------------------------------
+--
+-- What an enqueue with parents leaves to its commit, so that its transaction
+-- holds no lock on them while it stays open (see "Dependencies"). The enqueue
+-- lists the parents it found live in a transaction-local setting; a deferred
+-- trigger on the new edges runs _settle once at the commit (its first event
+-- does the work, the others find nothing listed). The setting is the
+-- caller's to write, so nothing listed is taken on trust: a live parent is
+-- locked and marked, which costs it nothing, and an ended parent has its
+-- unresolved edges resolved, which only the edges of enqueues not yet
+-- committed can be.
+
+create function pyjobq._settle_later(p_setting text, p_ids uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_list text := coalesce(current_setting(p_setting, true), '');
+  v_add text := array_to_string(p_ids, ',');
+begin
+  -- A loop of enqueues naming the same parents lists them once.
+  if coalesce(v_add, '') <> '' and right(v_list, length(v_add)) is distinct from v_add then
+    perform set_config(p_setting, concat_ws(',', nullif(v_list, ''), v_add), true);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._settle_later(text, uuid[]) is
+  'Adds the ids p_ids to the list in setting p_setting that this transaction''s commit settles (_settle).';
+
+create function pyjobq._settle_list(p_setting text)
+returns uuid[]
+language sql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+  select coalesce(array_agg(distinct u.id::uuid order by u.id::uuid), '{}')
+    from unnest(string_to_array(current_setting(p_setting, true), ',')) u(id)
+   where u.id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+$$;
+
+comment on function pyjobq._settle_list(text) is
+  'The ids listed in setting p_setting (anything else there ignored), distinct, in order.';
+
+create function pyjobq._settle()
+returns trigger
+language plpgsql
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_parents uuid[] := pyjobq._settle_list('pyjobq.settle_parents');
+  v_ended uuid[];
+begin
+  if v_parents = '{}' then
+    return null;
+  end if;
+  perform set_config('pyjobq.settle_parents', '', true);
+  -- In id order, as every call takes job rows; this waits only for a call
+  -- ending one of them, never for a producer.
+  perform from pyjobq.job p where p.job_id = any (v_parents) order by p.job_id for no key update;
+  update pyjobq.job p
+     set has_dependants = true
+   where p.job_id = any (v_parents)
+     and not p.has_dependants;
+  v_ended := array(select h.job_id from pyjobq.job_history h where h.job_id = any (v_parents));
+  if v_ended <> '{}' then
+    perform pyjobq._ended(v_ended, pyjobq.clock_now(), false);
+  end if;
+  return null;
+end;
+$$;
+
+comment on function pyjobq._settle() is
+  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live, and '
+  'resolves the edges of those that ended since.';
+
+create constraint trigger job_edge_settle
+  after insert on pyjobq.job_edge
+  deferrable initially deferred
+  for each row
+  execute function pyjobq._settle();
 
 -- History -----------------------------------------------------------------------
 --

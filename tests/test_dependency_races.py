@@ -1,7 +1,7 @@
 """Dependencies and batches under a race, proven by counting: worker processes complete, fail and
 abandon the jobs of a random graph, spread over batches, while another cancels jobs of it at random,
-another closes the batches, and a reaper takes back what was abandoned, all at once and from
-separate processes.
+another closes the batches, a producer adds children of its jobs to the batches in transactions it
+keeps open, and a reaper takes back what was abandoned, all at once and from separate processes.
 
 Every claim writes, in its own transaction, what it took and the statuses of the parents it was
 given; every cancel writes what it cancelled. At the end (after a drain) no job is left WAITING,
@@ -18,6 +18,7 @@ import json
 import multiprocessing
 import random
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ DRAIN_CLOCK = FROZEN + timedelta(days=1)
 LEDGER = """
 create table ran (job_id uuid not null, worker text not null, parents jsonb);
 create table cancelled (job_id uuid not null);
+create table produced (job_id uuid not null, runs_anyway boolean not null);
 """
 
 
@@ -152,6 +154,34 @@ def closer(dsn: str, batches: list[Any], seed: int) -> None:
             c.execute("select pyjobq.job_batch_close(%s)", (batch,))
 
 
+def producer(dsn: str, ids: list[Any], batches: list[Any], seed: int) -> None:
+    """Enqueue children of jobs of the graph (live or ended, RUNNING among them), most into its
+    batches while they are open, each in a transaction kept open while the others go on, then
+    committed, or rolled back one time in five; what committed is written in the same
+    transaction."""
+    rng = random.Random(seed)
+    with session(dsn, FROZEN) as c:
+        for _ in range(ROUNDS // 3):
+            policy = rng.choice(["cancel", "run"])
+            c.execute("begin")
+            try:
+                child = one(
+                    c,
+                    "select job_id from pyjobq.job_enqueue(1, '{}', p_max_attempts => 1,"
+                    " p_depends_on => %s::uuid[], p_on_parent_failure => %s, p_batch_id => %s)",
+                    (rng.sample(ids, rng.randint(1, 3)), policy, rng.choice([*batches, None])),
+                )
+            except psycopg.Error as e:
+                c.execute("rollback")
+                if e.sqlstate != "JQ006":  # the batch was closed
+                    raise
+                continue
+            c.execute("insert into produced values (%s, %s)", (child, policy == "run"))
+            # Held open over some of the others' rounds: the interleaving is the point.
+            time.sleep(rng.random() * 0.05)
+            c.execute("rollback" if rng.random() < 0.2 else "commit")
+
+
 def reaper(dsn: str) -> None:
     with session(dsn, REAPER_CLOCK) as c:
         for _ in range(ROUNDS):
@@ -174,6 +204,7 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
         (canceller, (dsn, ids, 100)),
         (closer, (dsn, batches, 200)),
         (reaper, (dsn,)),
+        (producer, (dsn, ids, batches, 300)),
     ]
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=f, args=a) for f, a in actors]
@@ -182,6 +213,10 @@ def test_dependants_run_once_after_their_parents_whatever_the_interleaving(
     for p in processes:
         p.join(timeout=120)
     assert [p.exitcode for p in processes] == [0] * len(processes)
+    produced = dict(conn.execute("select job_id, runs_anyway from produced").fetchall())
+    assert produced, "the producer's enqueues committed"
+    runs_anyway.update(produced)
+    ids += produced
 
     # The drain: what was abandoned is reaped (DEAD: one try each), the rest runs to its end.
     with session(dsn, DRAIN_CLOCK) as drain:

@@ -36,6 +36,8 @@ comment on type pyjobq.claimed_job is
 
 drop function pyjobq._claim_pick(text, smallint[], int, int, timestamptz);
 drop function pyjobq._claim_limited(text, smallint[], int, int, timestamptz);
+-- job_claim returns the same columns, named once, as pyjobq.claimed_job.
+drop function pyjobq.job_claim(text, int, int, int[]);
 
 create or replace function pyjobq._lease(p_worker_id text, p_ids uuid[], p_lease int, p_at timestamptz)
 returns setof pyjobq.claimed_job
@@ -643,27 +645,13 @@ comment on function pyjobq._claim_limited(text, smallint[], int, int, timestampt
   'A type whose lock another claim holds for more than 50 ms is left out of this claim. Raises JQ007 for a '
   'type with a concurrency limit outside READ COMMITTED.';
 
-create or replace function pyjobq.job_claim(
+create function pyjobq.job_claim(
   p_worker_id text,
   p_limit int default null,
   p_lease_seconds int default null,
   p_job_types int[] default null
 )
-returns table (
-  job_id uuid,
-  job_type int,
-  priority int,
-  payload jsonb,
-  attempt int,
-  max_attempts int,
-  dedupe_key text,
-  run_after timestamptz,
-  lease_until timestamptz,
-  created_at timestamptz,
-  lease_token uuid,
-  metadata jsonb,
-  parent_results jsonb
-)
+returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 security definer
@@ -716,3 +704,9 @@ comment on function pyjobq.schema_version() is
 
 
 revoke all on all functions in schema pyjobq from public;
+
+do $$
+begin
+  perform pyjobq.grant_roles();
+end;
+$$;

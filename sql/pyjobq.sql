@@ -2269,21 +2269,7 @@ create function pyjobq.job_claim(
   p_lease_seconds int default null,
   p_job_types int[] default null
 )
-returns table (
-  job_id uuid,
-  job_type int,
-  priority int,
-  payload jsonb,
-  attempt int,
-  max_attempts int,
-  dedupe_key text,
-  run_after timestamptz,
-  lease_until timestamptz,
-  created_at timestamptz,
-  lease_token uuid,
-  metadata jsonb,
-  parent_results jsonb
-)
+returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 security definer

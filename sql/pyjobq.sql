@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 36
+  select 37
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -3876,48 +3876,16 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
 -- one job, pages of jobs; and what a producer does to its own jobs after
 -- the enqueue: cancel them, or wait for their end.
 
-create function pyjobq.job_counts()
-returns table (
-  job_type int,
-  job_type_name text,
-  status int,
-  status_name text,
-  jobs bigint,
-  oldest_due_seconds double precision,
-  expired_leases bigint,
-  exact boolean
-)
+create function pyjobq._history_counts()
+returns table (job_type smallint, status int, jobs bigint, exact boolean)
 language sql
 stable
-security definer
 set search_path = pg_catalog, pyjobq, pg_temp
--- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
--- statistics say, so the cost follows the jobs in those states, never the
--- DONE history; plain index scans, which stop at a LIMIT (a bitmap scan reads
--- every matching entry first).
 set enable_seqscan = off
 set enable_bitmapscan = off
 set jit = off
 as $$
-  -- (select pyjobq.clock_now()): read once, not once per row.
-  with exact_counts as (
-    select j.job_type, 1 as status, count(*) as jobs,
-           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
-           null::bigint as expired_leases
-      from pyjobq.job j
-     where j.status = 1
-     group by j.job_type
-    union all
-    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
-      from pyjobq.job j
-     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
-     group by j.job_type
-    union all
-    select j.job_type, 6, count(*), null, null
-      from pyjobq.job j
-     where j.status = 6
-     group by j.job_type
-  ), ended_counts as (
+  with ended_counts as (
     -- DEAD and CANCELLED grow with history too: each type's counted through
     -- job_dead_cancelled_idx up to 10001 entries, no further.
     select t.job_type, e.status,
@@ -4000,30 +3968,85 @@ as $$
      cross join known k
      where not exists (select from shares h where h.job_type = t.job_type and h.status = 3)
   )
-  select t.job_type::int,
-         t.name::text,
-         s.status,
-         s.status_name,
-         case when s.status in (1, 2, 6) then coalesce(c.jobs, 0)
-              when s.status in (4, 5) and e.jobs <= 10000 then e.jobs
+  select t.job_type, s.status,
+         case when s.status in (4, 5) and e.jobs <= 10000 then e.jobs
               -- More than 10000 DEAD or CANCELLED: the estimate, but at least what was counted.
               when s.status in (4, 5) then greatest(coalesce(de.jobs, 0), e.jobs)
               when z.small then coalesce(dc.jobs, 0)
               else coalesce(de.jobs, 0)
          end,
+         (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
+    from pyjobq.job_type t
+   cross join (values (3), (4), (5)) as s(status)
+   cross join size z
+    left join ended_counts e on e.job_type = t.job_type and e.status = s.status
+    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
+    left join estimated de on de.job_type = t.job_type and de.status = s.status and not z.small
+$$;
+
+comment on function pyjobq._history_counts() is
+  'job_counts of the ended jobs: for every job type and DONE, DEAD and CANCELLED, how many (exact: whether '
+  'counted rather than estimated). DEAD and CANCELLED are counted up to 10000 a type, then estimated; DONE is '
+  'counted while the history is at most 1 MiB, then estimated from the statistics of its last ANALYZE, or '
+  'from a sample of 32 pages before its first.';
+
+create function pyjobq.job_counts()
+returns table (
+  job_type int,
+  job_type_name text,
+  status int,
+  status_name text,
+  jobs bigint,
+  oldest_due_seconds double precision,
+  expired_leases bigint,
+  exact boolean
+)
+language sql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- PENDING, RUNNING, DEAD and CANCELLED through partial indexes whatever the
+-- statistics say, so the cost follows the jobs in those states, never the
+-- DONE history; plain index scans, which stop at a LIMIT (a bitmap scan reads
+-- every matching entry first).
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+  -- (select pyjobq.clock_now()): read once, not once per row.
+  with exact_counts as (
+    select j.job_type, 1 as status, count(*) as jobs,
+           min(j.run_after) filter (where j.run_after <= (select pyjobq.clock_now())) as oldest_due,
+           null::bigint as expired_leases
+      from pyjobq.job j
+     where j.status = 1
+     group by j.job_type
+    union all
+    select j.job_type, 2, count(*), null, count(*) filter (where j.lease_until < (select pyjobq.clock_now()))
+      from pyjobq.job j
+     where j.lease_until is not null  -- the RUNNING jobs exactly: job_running_has_lease
+     group by j.job_type
+    union all
+    select j.job_type, 6, count(*), null, null
+      from pyjobq.job j
+     where j.status = 6
+     group by j.job_type
+  )
+  select t.job_type::int,
+         t.name::text,
+         s.status,
+         s.status_name,
+         case when s.status in (1, 2, 6) then coalesce(c.jobs, 0) else h.jobs end,
          case when s.status = 1 then
            coalesce(extract(epoch from pyjobq.clock_now() - c.oldest_due)::double precision, 0)
          end,
          case when s.status = 2 then coalesce(c.expired_leases, 0) end,
-         s.status in (1, 2, 6) or (s.status in (4, 5) and e.jobs <= 10000) or (s.status = 3 and z.small)
+         s.status in (1, 2, 6) or h.exact
     from pyjobq.job_type t
    cross join (select g.status, pyjobq._status_name(g.status) as status_name
                  from generate_series(1, 6) as g(status)) as s
-   cross join size z
     left join exact_counts c on c.job_type = t.job_type and c.status = s.status
-    left join ended_counts e on e.job_type = t.job_type and e.status = s.status
-    left join done_counted dc on dc.job_type = t.job_type and s.status = 3
-    left join estimated de on de.job_type = t.job_type and de.status = s.status and not z.small
+    left join pyjobq._history_counts() h on h.job_type = t.job_type and h.status = s.status
    where t.job_type <> all ((select pyjobq._denied_types('observe'))::smallint[])  -- evaluated once
    order by t.job_type, s.status
 $$;
@@ -4112,6 +4135,38 @@ $$;
 comment on function pyjobq._job_id_floor(timestamptz) is
   'The smallest job id that _new_job_ids gives a job created at p_at (to the millisecond, not before 1970).';
 
+-- The job ids a page of job_list lies between (ids follow the time a job was
+-- created): from the creation times asked for, and, for the next page, after
+-- the last id of the one before (keyset pagination).
+create function pyjobq._list_range(
+  p_created_after timestamptz,
+  p_created_before timestamptz,
+  p_oldest_first boolean,
+  p_after uuid,
+  out from_id uuid,
+  out to_id uuid
+)
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
+  perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
+  from_id := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
+  to_id := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+  if p_after is not null and p_oldest_first then
+    from_id := greatest(from_id, p_after);
+  elsif p_after is not null then
+    to_id := least(to_id, p_after);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._list_range(timestamptz, timestamptz, boolean, uuid) is
+  'The range of job ids [from_id, to_id) a page of job_list reads: created after p_created_after and before '
+  'p_created_before (checked: 22023), and past p_after in the order asked for (p_oldest_first).';
+
 create function pyjobq.job_list(
   p_job_type int default null,
   p_status int default null,
@@ -4158,24 +4213,15 @@ declare
   v_denied smallint[] := pyjobq._denied_types('observe');
 begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
-  if p_status is not null then
-    perform pyjobq._check_range('p_status', p_status, 1, 6);
-  end if;
+  perform pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6);  -- null: every status
   if p_job_type is not null then
     perform pyjobq._check_job_type(p_job_type);
   end if;
   perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
   perform pyjobq._check_text('p_error', p_error, 200, true);
-  perform pyjobq._check_time('p_created_after', p_created_after, pyjobq.clock_now());
-  perform pyjobq._check_time('p_created_before', p_created_before, pyjobq.clock_now());
-  v_from := coalesce(pyjobq._job_id_floor(p_created_after), '00000000-0000-0000-0000-000000000000');
-  v_to := coalesce(pyjobq._job_id_floor(p_created_before), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
-  -- Keyset pagination: the next page continues after the last id of this one.
-  if p_after is not null and v_oldest then
-    v_from := greatest(v_from, p_after);
-  elsif p_after is not null then
-    v_to := least(v_to, p_after);
-  end if;
+  select r.from_id, r.to_id
+    into v_from, v_to
+    from pyjobq._list_range(p_created_after, p_created_before, v_oldest, p_after) r;
 
   -- One of three ways runs, chosen by the arguments (the others are cut off
   -- before they read a row): the statuses with few jobs (PENDING, RUNNING,

@@ -160,6 +160,9 @@ def test_an_operator_watches_follows_redrives_and_cancels(
         page.fill("input[name=error]", "timeouterror")
         page.click("#filters button")
         listed = page.locator("#jobs tr[data-job]")
+        # The click navigates: wait for the new page and its rows before reading them.
+        page.wait_for_url("**error=timeouterror*")
+        playwright.expect(listed).to_have_count(len(jobs["timeouts"]))
         assert sorted(r.get_attribute("data-job") for r in listed.all()) == sorted(
             str(i) for i in jobs["timeouts"]
         )
@@ -205,6 +208,7 @@ def test_an_operator_watches_follows_redrives_and_cancels(
         # Both actions are in the audit log, in the role's and the dashboard's name.
         page.click("nav >> text=Audit")
         lines = page.locator("#audit tbody tr")
+        playwright.expect(lines).to_have_count(2)
         assert [line.get_attribute("data-action") for line in lines.all()] == ["cancel", "redrive"]
         assert all(role in line.inner_text() for line in lines.all())
         assert "dashboard 127.0.0.1" in lines.first.inner_text()
@@ -421,7 +425,9 @@ def test_a_job_page_shows_its_parents_dependants_and_batch(
         shoot(page, "graph", tmp_path)
 
         page.click("#batch-members")
+        page.wait_for_url("**/jobs?*")
         members = page.locator("#jobs tr[data-job]")
+        playwright.expect(members).to_have_count(3)
         assert sorted(r.get_attribute("data-job") for r in members.all()) == sorted(
             str(j) for j in (a, b, c)
         )

@@ -1684,6 +1684,120 @@ comment on function pyjobq._check_keys(text, text[], int) is
   'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
   'of 1 to 200 characters.';
 
+-- job_enqueue_many's rows without parents and without a window, checked by
+-- it: inserted in one statement, the ids drawn beforehand so that inserted
+-- rows match their input position. A key repeated within the call, or
+-- already held by an active job, yields that job with created = false.
+create function pyjobq._enqueue_rows(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_dedupe_keys text[],
+  p_priority int,
+  p_run_after timestamptz,
+  p_max_attempts int,
+  p_now timestamptz,
+  p_concurrency_keys text[],
+  p_metadata jsonb,
+  p_batch_id uuid
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set jit = off
+as $$
+declare
+  v_count int := cardinality(p_payloads);
+  v_ranks bigint[];
+  v_row record;
+  v_added int := 0;
+begin
+  perform pyjobq._pending_from(p_run_after, p_now, true);
+  v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
+
+  -- Without keys nothing can conflict: every row is inserted, and the ids
+  -- drawn beforehand are the answer, in input order, without a row-by-row loop.
+  if p_dedupe_keys is null then
+    return query
+    with input as materialized (
+      select u.i::int as ord, u.payload, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(p_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
+         fair_rank, metadata, batch_id)
+      select i.new_id, i.seq, p_job_type, i.payload, p_priority, p_run_after, p_max_attempts, p_now, p_now,
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
+        from input i
+       order by i.ord
+    )
+    select i.ord, i.new_id, true
+      from input i
+     order by i.ord;
+    perform pyjobq._batch_add(p_batch_id, v_count);
+    perform pyjobq._announce(p_job_type, p_run_after, p_now);
+    return;
+  end if;
+
+  -- Ids are drawn before the insert so that inserted rows can be matched back
+  -- to their input position. A key repeated within the batch, or already held
+  -- by an active job, yields that job with created = false.
+  for v_row in
+    with input as materialized (
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(p_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+         concurrency_key, fair_rank, metadata, batch_id)
+      select i.new_id, i.seq, p_job_type, i.payload, p_priority, p_run_after, i.dedupe_key, p_max_attempts, p_now, p_now,
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
+        from input i
+       order by i.ord
+      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
+      returning j.job_id, j.dedupe_key
+    )
+    select i.ord,
+           i.dedupe_key,
+           coalesce(mine.job_id, sibling.job_id, active.job_id) as job_id,
+           mine.job_id is not null as created
+      from input i
+      left join inserted mine on mine.job_id = i.new_id
+      left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
+      left join pyjobq.job active
+             on mine.job_id is null and sibling.job_id is null
+            and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
+            and active.status in (1, 2, 6)
+     order by i.ord
+  loop
+    ord := v_row.ord;
+    job_id := v_row.job_id;
+    created := v_row.created;
+    if created then
+      v_added := v_added + 1;
+    end if;
+    if job_id is null then
+      -- The active job holding this key finished while we inserted.
+      select e.job_id, e.created into job_id, created
+        from pyjobq._enqueue_one(p_job_type, p_payloads[ord], p_priority, p_run_after,
+                                 v_row.dedupe_key, p_max_attempts, p_now, null, p_concurrency_keys[ord],
+                                 p_metadata, null, null, p_batch_id) e;
+    end if;
+    return next;
+  end loop;
+  perform pyjobq._batch_add(p_batch_id, v_added);
+  perform pyjobq._announce(p_job_type, p_run_after, p_now);
+end;
+$$;
+
+comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid) is
+  'job_enqueue_many''s rows without parents and without a window, checked by it: inserted in one statement, in '
+  'input order; a duplicate key yields the active job holding it (created false). Returns every row.';
+
 create function pyjobq.job_enqueue_many(
   p_job_type int,
   p_payloads jsonb[],
@@ -1716,10 +1830,8 @@ declare
   v_count int := coalesce(cardinality(p_payloads), 0);
   v_bad int;
   v_row record;
-  v_ranks bigint[];
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
   v_ids uuid[] := '{}';
-  v_added int := 0;
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
@@ -1799,85 +1911,11 @@ begin
     return;
   end if;
 
-  perform pyjobq._pending_from(v_run_after, v_now, true);
-  v_ranks := pyjobq._fair_ranks(p_job_type, v_priority, p_concurrency_keys, v_count, v_now);
-
-  -- Without keys nothing can conflict: every row is inserted, and the ids
-  -- drawn beforehand are the answer, in input order, without a row-by-row loop.
-  if p_dedupe_keys is null then
-    return query
-    with input as materialized (
-      select u.i::int as ord, u.payload, u.seq, u.new_id
-        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
-             with ordinality as u(payload, seq, new_id, i)
-    ),
-    inserted as (
-      insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
-         fair_rank, metadata, batch_id)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
-        from input i
-       order by i.ord
-    )
-    select i.ord, i.new_id, true
-      from input i
-     order by i.ord;
-    perform pyjobq._batch_add(p_batch_id, v_count);
-    perform pyjobq._announce(p_job_type, v_run_after, v_now);
-    return;
-  end if;
-
-  -- Ids are drawn before the insert so that inserted rows can be matched back
-  -- to their input position. A key repeated within the batch, or already held
-  -- by an active job, yields that job with created = false.
-  for v_row in
-    with input as materialized (
-      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
-        from rows from (unnest(p_payloads), pyjobq._new_job_ids(v_now, v_count))
-             with ordinality as u(payload, seq, new_id, i)
-    ),
-    inserted as (
-      insert into pyjobq.job as j
-        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
-         concurrency_key, fair_rank, metadata, batch_id)
-      select i.new_id, i.seq, p_job_type, i.payload, v_priority, v_run_after, i.dedupe_key, v_max_attempts, v_now, v_now,
-             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
-        from input i
-       order by i.ord
-      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
-      returning j.job_id, j.dedupe_key
-    )
-    select i.ord,
-           i.dedupe_key,
-           coalesce(mine.job_id, sibling.job_id, active.job_id) as job_id,
-           mine.job_id is not null as created
-      from input i
-      left join inserted mine on mine.job_id = i.new_id
-      left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
-      left join pyjobq.job active
-             on mine.job_id is null and sibling.job_id is null
-            and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
-            and active.status in (1, 2, 6)
-     order by i.ord
-  loop
-    ord := v_row.ord;
-    job_id := v_row.job_id;
-    created := v_row.created;
-    if created then
-      v_added := v_added + 1;
-    end if;
-    if job_id is null then
-      -- The active job holding this key finished while we inserted.
-      select e.job_id, e.created into job_id, created
-        from pyjobq._enqueue_one(p_job_type, p_payloads[ord], v_priority, v_run_after,
-                                 v_row.dedupe_key, v_max_attempts, v_now, null, p_concurrency_keys[ord],
-                                 p_metadata, null, null, p_batch_id) e;
-    end if;
-    return next;
-  end loop;
-  perform pyjobq._batch_add(p_batch_id, v_added);
-  perform pyjobq._announce(p_job_type, v_run_after, v_now);
+  -- Without parents and without a window: set-based.
+  return query
+    select r.ord, r.job_id, r.created
+      from pyjobq._enqueue_rows(p_job_type, p_payloads, p_dedupe_keys, v_priority, v_run_after, v_max_attempts,
+                                v_now, p_concurrency_keys, p_metadata, p_batch_id) r;
 end;
 $$;
 

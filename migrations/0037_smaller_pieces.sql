@@ -1,9 +1,10 @@
 -- depends: 0036_producers_hold_no_locks
 
--- Schema 37: job_counts and job_list in smaller pieces, each function under
--- 120 lines. job_counts reads the ended jobs' counts and estimates from
--- _history_counts; job_list its range of ids from _list_range. What they
--- return is unchanged.
+-- Schema 37: job_counts, job_list and job_enqueue_many in smaller pieces,
+-- each function under 120 lines. job_counts reads the ended jobs' counts and
+-- estimates from _history_counts; job_list its range of ids from
+-- _list_range; job_enqueue_many inserts rows without parents or a window
+-- through _enqueue_rows. What they return is unchanged.
 
 create or replace function pyjobq._history_counts()
 returns table (job_type smallint, status int, jobs bigint, exact boolean)
@@ -346,6 +347,247 @@ comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, bo
   'short on a long history). Keyset pages: pass the '
   'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
   'the caller may observe.';
+
+create or replace function pyjobq._enqueue_rows(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_dedupe_keys text[],
+  p_priority int,
+  p_run_after timestamptz,
+  p_max_attempts int,
+  p_now timestamptz,
+  p_concurrency_keys text[],
+  p_metadata jsonb,
+  p_batch_id uuid
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set jit = off
+as $$
+declare
+  v_count int := cardinality(p_payloads);
+  v_ranks bigint[];
+  v_row record;
+  v_added int := 0;
+begin
+  perform pyjobq._pending_from(p_run_after, p_now, true);
+  v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
+
+  -- Without keys nothing can conflict: every row is inserted, and the ids
+  -- drawn beforehand are the answer, in input order, without a row-by-row loop.
+  if p_dedupe_keys is null then
+    return query
+    with input as materialized (
+      select u.i::int as ord, u.payload, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(p_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, max_attempts, created_at, updated_at, concurrency_key,
+         fair_rank, metadata, batch_id)
+      select i.new_id, i.seq, p_job_type, i.payload, p_priority, p_run_after, p_max_attempts, p_now, p_now,
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
+        from input i
+       order by i.ord
+    )
+    select i.ord, i.new_id, true
+      from input i
+     order by i.ord;
+    perform pyjobq._batch_add(p_batch_id, v_count);
+    perform pyjobq._announce(p_job_type, p_run_after, p_now);
+    return;
+  end if;
+
+  -- Ids are drawn before the insert so that inserted rows can be matched back
+  -- to their input position. A key repeated within the batch, or already held
+  -- by an active job, yields that job with created = false.
+  for v_row in
+    with input as materialized (
+      select u.i::int as ord, u.payload, p_dedupe_keys[u.i] as dedupe_key, u.seq, u.new_id
+        from rows from (unnest(p_payloads), pyjobq._new_job_ids(p_now, v_count))
+             with ordinality as u(payload, seq, new_id, i)
+    ),
+    inserted as (
+      insert into pyjobq.job as j
+        (job_id, seq, job_type, payload, priority, run_after, dedupe_key, max_attempts, created_at, updated_at,
+         concurrency_key, fair_rank, metadata, batch_id)
+      select i.new_id, i.seq, p_job_type, i.payload, p_priority, p_run_after, i.dedupe_key, p_max_attempts, p_now, p_now,
+             p_concurrency_keys[i.ord], v_ranks[i.ord], p_metadata, p_batch_id
+        from input i
+       order by i.ord
+      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
+      returning j.job_id, j.dedupe_key
+    )
+    select i.ord,
+           i.dedupe_key,
+           coalesce(mine.job_id, sibling.job_id, active.job_id) as job_id,
+           mine.job_id is not null as created
+      from input i
+      left join inserted mine on mine.job_id = i.new_id
+      left join inserted sibling on mine.job_id is null and sibling.dedupe_key = i.dedupe_key
+      left join pyjobq.job active
+             on mine.job_id is null and sibling.job_id is null
+            and active.job_type = p_job_type and active.dedupe_key = i.dedupe_key
+            and active.status in (1, 2, 6)
+     order by i.ord
+  loop
+    ord := v_row.ord;
+    job_id := v_row.job_id;
+    created := v_row.created;
+    if created then
+      v_added := v_added + 1;
+    end if;
+    if job_id is null then
+      -- The active job holding this key finished while we inserted.
+      select e.job_id, e.created into job_id, created
+        from pyjobq._enqueue_one(p_job_type, p_payloads[ord], p_priority, p_run_after,
+                                 v_row.dedupe_key, p_max_attempts, p_now, null, p_concurrency_keys[ord],
+                                 p_metadata, null, null, p_batch_id) e;
+    end if;
+    return next;
+  end loop;
+  perform pyjobq._batch_add(p_batch_id, v_added);
+  perform pyjobq._announce(p_job_type, p_run_after, p_now);
+end;
+$$;
+
+comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid) is
+  'job_enqueue_many''s rows without parents and without a window, checked by it: inserted in one statement, in '
+  'input order; a duplicate key yields the active job holding it (created false). Returns every row.';
+
+create or replace function pyjobq.job_enqueue_many(
+  p_job_type int,
+  p_payloads jsonb[],
+  p_dedupe_keys text[] default null,
+  p_priority int default null,
+  p_run_after timestamptz default null,
+  p_max_attempts int default null,
+  p_unique_for interval default null,
+  p_concurrency_keys text[] default null,
+  p_metadata jsonb default null,
+  p_depends_on jsonb[] default null,
+  p_on_parent_failure text default null,
+  p_batch_id uuid default null
+)
+returns table (ord int, job_id uuid, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+-- A batch of thousands of rows costs enough to cross jit_above_cost, and
+-- compiling the plan took longer than running it (270 of 450 ms for 20000).
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_priority int := coalesce(p_priority, 100);
+  v_run_after timestamptz := coalesce(p_run_after, v_now);
+  v_max_attempts int;
+  v_count int := coalesce(cardinality(p_payloads), 0);
+  v_bad int;
+  v_row record;
+  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
+  v_ids uuid[] := '{}';
+begin
+  p_payloads := pyjobq._check_array('p_payloads', p_payloads);
+  p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
+  perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
+  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
+  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
+  perform pyjobq._check_time('p_run_after', v_run_after, v_now);
+  select min(u.i) into v_bad
+    from unnest(p_payloads) with ordinality as u(payload, i)
+   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
+  if v_bad is not null then
+    raise exception 'p_payloads[%] must be a JSON object', v_bad
+      using errcode = '22023',
+            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
+  end if;
+  perform pyjobq._check_keys('p_dedupe_keys', p_dedupe_keys, v_count);
+
+  perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+  p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
+  perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
+  perform pyjobq._check_payload('p_metadata', p_metadata);
+
+  p_depends_on := pyjobq._check_array('p_depends_on', p_depends_on);
+  if p_depends_on is not null then
+    perform pyjobq._check_same_length('p_depends_on', cardinality(p_depends_on), v_count);
+  end if;
+  if p_batch_id is not null then
+    perform pyjobq._batch_join(p_batch_id);
+  end if;
+
+  -- Parents without keys: set-based.
+  if p_depends_on is not null and p_dedupe_keys is null then
+    return query
+      select g.ord, g.job_id, g.created
+        from pyjobq._enqueue_graph(p_job_type, p_payloads, v_priority, v_run_after, v_max_attempts, v_now,
+                                   p_concurrency_keys, p_metadata, p_depends_on, v_run_on_parent_failure,
+                                   p_batch_id) g;
+    return;
+  end if;
+  -- Parents with keys, which may be earlier rows of this call: one job at a
+  -- time, in input order, each as job_enqueue takes it.
+  if p_depends_on is not null then
+    for v_row in
+      select u.i::int as i, u.payload
+        from unnest(p_payloads) with ordinality as u(payload, i)
+       order by u.i
+    loop
+      select e.job_id, e.created into job_id, created
+        from pyjobq._enqueue_one(p_job_type, v_row.payload, v_priority, v_run_after, p_dedupe_keys[v_row.i],
+                                 v_max_attempts, v_now,
+                                 case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
+                                 p_concurrency_keys[v_row.i], p_metadata,
+                                 array(select coalesce(v_ids[r.pos], r.id)
+                                         from pyjobq._row_parents(p_depends_on[v_row.i], v_row.i) r
+                                        order by r.k),
+                                 v_run_on_parent_failure, p_batch_id) e;
+      v_ids := v_ids || job_id;
+      ord := v_row.i;
+      return next;
+    end loop;
+    return;
+  end if;
+
+  -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
+  if p_unique_for is not null then
+    return query
+      select u.i::int, e.job_id, e.created
+        from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
+       cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
+                                              v_max_attempts, v_now,
+                                              case when u.dedupe_key is not null then p_unique_for end,
+                                              p_concurrency_keys[u.i], p_metadata, null, null, p_batch_id) e
+       order by u.i;
+    return;
+  end if;
+
+  -- Without parents and without a window: set-based.
+  return query
+    select r.ord, r.job_id, r.created
+      from pyjobq._enqueue_rows(p_job_type, p_payloads, p_dedupe_keys, v_priority, v_run_after, v_max_attempts,
+                                v_now, p_concurrency_keys, p_metadata, p_batch_id) r;
+end;
+$$;
+
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid) is
+  'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
+  'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
+  'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
+  'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
+  'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
+  'same call; p_on_parent_failure and p_batch_id apply to every job, as job_enqueue applies them. Returns one row per payload in input '
+  'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
+  'job_enqueue does.';
 
 create or replace function pyjobq.schema_version()
 returns int

@@ -370,14 +370,18 @@ begin
        and coalesce((p_room ->> t.job_type::text)::int, p_limit) > 0
   ),
   cand as (
-    (select c.job_id
-       from pyjobq.job c
-      where not p_by_key
-        and c.status = 1
-        and c.run_after <= p_now
-        and c.job_type = any (p_types)
-        and c.fair_rank is null
-      order by c.priority, c.run_after, c.seq
+    (select v.job_id
+       from (select c.job_id, c.job_type
+               from pyjobq.job c
+              where not p_by_key
+                and c.status = 1
+                and c.run_after <= p_now
+                and c.job_type = any (p_types)
+                and c.fair_rank is null
+              order by c.priority, c.run_after, c.seq
+              limit c_visits) v
+      -- A type without room takes nothing: its jobs are passed over.
+      where coalesce((p_room ->> v.job_type::text)::int, p_limit) > 0
       limit 4 * p_limit)
     union all
     select h.job_id
@@ -394,18 +398,22 @@ begin
      where not p_by_key
        and t.fair_share
     union all
-    (select v.job_id
-       from (select c.job_id, c.job_type, c.concurrency_key
-               from pyjobq.job c
-              where p_by_key
-                and c.status = 1
-                and c.run_after <= p_now
-                and c.job_type = any (p_types)
-                and c.fair_rank is null
-              order by c.priority, c.run_after, c.seq
-              limit c_visits) v
-      where v.concurrency_key is null
-         or not p_keyed ? v.job_type::text
+    (select n.job_id
+       from (select v.job_id, v.job_type,
+                    row_number() over (partition by v.job_type order by v.priority, v.run_after, v.seq) as nth
+               from (select c.job_id, c.job_type, c.concurrency_key, c.priority, c.run_after, c.seq
+                       from pyjobq.job c
+                      where p_by_key
+                        and c.status = 1
+                        and c.run_after <= p_now
+                        and c.job_type = any (p_types)
+                        and c.fair_rank is null
+                      order by c.priority, c.run_after, c.seq
+                      limit c_visits) v
+              where v.concurrency_key is null
+                 or not p_keyed ? v.job_type::text) n
+      -- Each type's first jobs, as many as its room.
+      where n.nth <= coalesce((p_room ->> n.job_type::text)::int, p_limit)
       limit 4 * p_limit)
     union all
     select h.job_id
@@ -466,12 +474,16 @@ begin
          array_agg(distinct o.job_type || '/' || o.concurrency_key) filter (where o.keyed)
     into v_pool, v_mine
     from (select c.*
-            from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
-                         j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed
-                    from unnest(p_pool) with ordinality u(job_id, ord)
-                   cross join lateral (select j.* from pyjobq.job j
-                                        where j.job_id = u.job_id and j.status::int = 1 limit 1) j
-                   order by u.ord
+            from (select c.*
+                    from (select u.ord, j.job_id, j.job_type, j.concurrency_key,
+                                 j.concurrency_key is not null and p_keyed ? j.job_type::text as keyed,
+                                 row_number() over (partition by j.job_type order by u.ord) as nth_of_type
+                            from unnest(p_pool) with ordinality u(job_id, ord)
+                           cross join lateral (select j.* from pyjobq.job j
+                                                where j.job_id = u.job_id and j.status::int = 1 limit 1) j) c
+                   -- Beyond its type's room a candidate cannot be taken: it counts for nothing.
+                   where c.nth_of_type <= coalesce((p_room ->> c.job_type::text)::int, p_limit)
+                   order by c.ord
                   offset 0) c
            -- Tried as the candidates come, in order, until enough have passed.
            where not c.keyed or pg_try_advisory_xact_lock(-c.job_type, hashtext(c.concurrency_key))
@@ -623,8 +635,8 @@ begin
       -- Counted now: the keys' rooms below are read from their windows.
       perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
     end if;
-    -- Full keys ahead: the claim visits keys, not jobs.
-    if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit and v_keyed <> '{}' then
+    -- Full keys or full types ahead: the claim visits keys, and looks further.
+    if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit then
       v_pool := pyjobq._claim_candidates(p_types, p_limit - cardinality(v_ids), v_room, v_keyed, p_now, true);
       v_ids := pyjobq._claim_choose(v_pool, p_limit - cardinality(v_ids), v_room, v_keyed, v_at);
       if v_ids <> '{}' then

@@ -56,6 +56,22 @@ def test_a_type_limit_caps_its_running_jobs(conn: Conn) -> None:
     assert len(claim(conn, 10)) == 1
 
 
+@pytest.mark.parametrize("limit", ["max_running", "rate"])
+def test_jobs_of_a_type_at_its_limit_leave_the_claim_to_other_types(conn: Conn, limit: str) -> None:
+    """The first due jobs are all of a type with room for one, then for none: claims fill up
+    with the next type's jobs behind them."""
+    conn.execute(
+        "select pyjobq.job_type_set_limits(1, %s, p_rate_limit => %s, p_rate_period => %s)",
+        (1, None, None) if limit == "max_running" else (None, 1, "1 hour"),
+    )
+    enqueue_keyed(conn, [None] * 20)
+    other = enqueue_keyed(conn, [None] * 2, job_type=2)
+    got = claim(conn, 2)
+    assert len(got) == 2
+    assert [j for j, _ in got][1] == other[0]
+    assert [j for j, _ in claim(conn, 2)] == [other[1]]
+
+
 def test_a_key_limit_caps_each_key_and_a_key_with_room_comes_first_as_it_frees(conn: Conn) -> None:
     set_limits(conn, 1, None, 1)
     a1, a2, _ = enqueue_keyed(conn, ["a", "a", "a"])

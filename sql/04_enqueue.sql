@@ -135,6 +135,8 @@ declare
   v_status smallint := 1;
   v_waiting int;
   v_failure text;
+  v_read_ids uuid[];
+  v_read_statuses smallint[];
 begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
@@ -151,7 +153,9 @@ begin
   -- With parents: WAITING for those still to end, or CANCELLED at once by one
   -- that ended DEAD or CANCELLED (unless it runs on parent failure).
   if p_parents is not null then
-    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._read_parents(p_parents) l;
+    select l.waiting, l.failure, l.ids, l.statuses
+      into v_waiting, v_failure, v_read_ids, v_read_statuses
+      from pyjobq._read_parents(p_parents) l;
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
@@ -202,7 +206,7 @@ begin
     end if;
     if v_id is not null then
       if p_parents is not null then
-        perform pyjobq._link_parents(v_id, p_parents);
+        perform pyjobq._link_parents(v_id, p_parents, v_read_ids, v_read_statuses);
       end if;
       if p_batch_id is not null then
         perform pyjobq._batch_add(p_batch_id, 1, case when v_status = 5 then 1 else 0 end);

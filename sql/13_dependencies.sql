@@ -55,8 +55,17 @@ comment on function pyjobq._check_on_parent_failure(text) is
 
 -- The parents of a job about to be enqueued: checked, read in one snapshot,
 -- and summed up as the state the new job starts in. Those not ended are
--- listed for the commit to settle (_settle).
-create function pyjobq._read_parents(p_parents uuid[], out waiting int, out failure text)
+-- listed for the commit to settle (_settle). The edges are written from this
+-- read and no other: a parent that ends after it is the commit's to resolve,
+-- and an edge written resolved from a later read would leave the child
+-- counting a parent whose end no one counts down.
+create function pyjobq._read_parents(
+  p_parents uuid[],
+  out waiting int,
+  out failure text,
+  out ids uuid[],
+  out statuses smallint[]
+)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -84,8 +93,9 @@ begin
     select count(*), count(*) filter (where p.status in (1, 2, 6)),
            min(format('parent %s ended %s', p.job_id, pyjobq._status_name(p.status)))
              filter (where p.status in (4, 5)),
-           array_agg(p.job_id) filter (where p.status in (1, 2, 6))
-      into v_found, waiting, failure, v_live
+           array_agg(p.job_id) filter (where p.status in (1, 2, 6)),
+           array_agg(p.job_id), array_agg(p.status)
+      into v_found, waiting, failure, v_live, ids, statuses
       from pyjobq.job_all p
      where p.job_id = any (p_parents);
     exit when v_found >= v_wanted;
@@ -109,8 +119,9 @@ $$;
 
 comment on function pyjobq._read_parents(uuid[]) is
   'Reads the jobs p_parents for the enqueue of their child, taking no lock: JQ002 when one does not exist, '
-  '42501 when the caller may not observe one''s type. Returns how many have not ended, and a text naming one '
-  'that ended DEAD or CANCELLED (null when none did); lists those not ended for the commit (_settle).';
+  '42501 when the caller may not observe one''s type. Returns how many have not ended, a text naming one '
+  'that ended DEAD or CANCELLED (null when none did), and each parent''s id and status as read; lists those '
+  'not ended for the commit (_settle).';
 
 -- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
 -- array of job ids (strings) and 1-based positions of earlier rows.
@@ -191,6 +202,8 @@ declare
   v_parent uuid[];
   v_status smallint[];
   v_external uuid[];
+  v_read_ids uuid[];
+  v_read_statuses smallint[];
   v_has_parents boolean[] := array_fill(false, array[v_count]);
   v_cancel boolean[] := array_fill(false, array[v_count]);
   v_named boolean[] := array_fill(false, array[v_count]);
@@ -216,12 +229,12 @@ begin
            order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
   v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
   if cardinality(v_external) > 0 then
-    perform pyjobq._read_parents(v_external);
+    select l.ids, l.statuses into v_read_ids, v_read_statuses from pyjobq._read_parents(v_external) l;
   end if;
-  select array_agg(j.status order by x.n)
+  select array_agg(r.status order by x.n)
     into v_status
     from unnest(v_parent) with ordinality x(id, n)
-    left join pyjobq.job_all j on j.job_id = x.id;
+    left join unnest(v_read_ids, v_read_statuses) r(id, status) on r.id = x.id;
   v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
   for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
     v_c := v_child[v_e];
@@ -310,8 +323,14 @@ $$;
 comment on function pyjobq._mark_parents(uuid[]) is
   'Marks the ended jobs among p_parents as having dependants (has_dependants).';
 
--- The rows of job_edge for a new child of parents read by _read_parents.
-create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
+-- The rows of job_edge for a new child of parents read by _read_parents,
+-- resolved for those that had ended at that read.
+create function pyjobq._link_parents(
+  p_child uuid,
+  p_parents uuid[],
+  p_read_ids uuid[],
+  p_read_statuses smallint[]
+)
 returns void
 language plpgsql
 volatile
@@ -319,18 +338,19 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
-  select p.job_id, p_child, u.ord, p.status in (3, 4, 5)
+  select r.id, p_child, u.ord, r.status in (3, 4, 5)
     from (select d.id, min(d.ord)::int as ord
             from unnest(p_parents) with ordinality d(id, ord)
            group by d.id) u
-    join pyjobq.job_all p on p.job_id = u.id;
+    join unnest(p_read_ids, p_read_statuses) r(id, status) on r.id = u.id;
   perform pyjobq._mark_parents(p_parents);
 end;
 $$;
 
-comment on function pyjobq._link_parents(uuid, uuid[]) is
-  'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
-  'marks the ended ones as having dependants.';
+comment on function pyjobq._link_parents(uuid, uuid[], uuid[], smallint[]) is
+  'Writes the job_edge rows of new job p_child for its parents p_parents, resolved for those whose status in '
+  'p_read_statuses (by p_read_ids, as _read_parents read them) had ended, and marks the ended ones as having '
+  'dependants.';
 
 -- The lock order of a cascade. A completion takes the WAITING children of the
 -- jobs it completes in id order, in one statement. A parent that ends DEAD

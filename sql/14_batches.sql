@@ -448,8 +448,14 @@ begin
      set has_dependants = true
    where p.job_id = any (v_parents)
      and not p.has_dependants;
-  v_ended := array(select h.job_id from pyjobq.job_history h where h.job_id = any (v_parents));
+  -- Those that ended since the enqueue read them: their edges from this
+  -- transaction are unresolved (no other edge of an ended job is).
+  v_ended := array(select h.job_id
+                     from pyjobq.job_history h
+                    where h.job_id = any (v_parents)
+                      and exists (select from pyjobq.job_edge e where e.parent_id = h.job_id and not e.resolved));
   if v_ended <> '{}' then
+    perform pyjobq._mark_parents(v_ended);
     perform pyjobq._ended(v_ended, pyjobq.clock_now(), false);
   end if;
   return null;
@@ -457,8 +463,8 @@ end;
 $$;
 
 comment on function pyjobq._settle() is
-  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live, and '
-  'resolves the edges of those that ended since.';
+  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live; of '
+  'those that ended since, marks them too and resolves their edges.';
 
 create constraint trigger job_edge_settle
   after insert on pyjobq.job_edge

@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 37
+  select 38
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -1486,6 +1486,8 @@ declare
   v_status smallint := 1;
   v_waiting int;
   v_failure text;
+  v_read_ids uuid[];
+  v_read_statuses smallint[];
 begin
   if p_unique_for is not null then
     -- An active job with the key is the duplicate first: the one a window-less
@@ -1502,7 +1504,9 @@ begin
   -- With parents: WAITING for those still to end, or CANCELLED at once by one
   -- that ended DEAD or CANCELLED (unless it runs on parent failure).
   if p_parents is not null then
-    select l.waiting, l.failure into v_waiting, v_failure from pyjobq._read_parents(p_parents) l;
+    select l.waiting, l.failure, l.ids, l.statuses
+      into v_waiting, v_failure, v_read_ids, v_read_statuses
+      from pyjobq._read_parents(p_parents) l;
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
@@ -1553,7 +1557,7 @@ begin
     end if;
     if v_id is not null then
       if p_parents is not null then
-        perform pyjobq._link_parents(v_id, p_parents);
+        perform pyjobq._link_parents(v_id, p_parents, v_read_ids, v_read_statuses);
       end if;
       if p_batch_id is not null then
         perform pyjobq._batch_add(p_batch_id, 1, case when v_status = 5 then 1 else 0 end);
@@ -5609,8 +5613,17 @@ comment on function pyjobq._check_on_parent_failure(text) is
 
 -- The parents of a job about to be enqueued: checked, read in one snapshot,
 -- and summed up as the state the new job starts in. Those not ended are
--- listed for the commit to settle (_settle).
-create function pyjobq._read_parents(p_parents uuid[], out waiting int, out failure text)
+-- listed for the commit to settle (_settle). The edges are written from this
+-- read and no other: a parent that ends after it is the commit's to resolve,
+-- and an edge written resolved from a later read would leave the child
+-- counting a parent whose end no one counts down.
+create function pyjobq._read_parents(
+  p_parents uuid[],
+  out waiting int,
+  out failure text,
+  out ids uuid[],
+  out statuses smallint[]
+)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -5638,8 +5651,9 @@ begin
     select count(*), count(*) filter (where p.status in (1, 2, 6)),
            min(format('parent %s ended %s', p.job_id, pyjobq._status_name(p.status)))
              filter (where p.status in (4, 5)),
-           array_agg(p.job_id) filter (where p.status in (1, 2, 6))
-      into v_found, waiting, failure, v_live
+           array_agg(p.job_id) filter (where p.status in (1, 2, 6)),
+           array_agg(p.job_id), array_agg(p.status)
+      into v_found, waiting, failure, v_live, ids, statuses
       from pyjobq.job_all p
      where p.job_id = any (p_parents);
     exit when v_found >= v_wanted;
@@ -5663,8 +5677,9 @@ $$;
 
 comment on function pyjobq._read_parents(uuid[]) is
   'Reads the jobs p_parents for the enqueue of their child, taking no lock: JQ002 when one does not exist, '
-  '42501 when the caller may not observe one''s type. Returns how many have not ended, and a text naming one '
-  'that ended DEAD or CANCELLED (null when none did); lists those not ended for the commit (_settle).';
+  '42501 when the caller may not observe one''s type. Returns how many have not ended, a text naming one '
+  'that ended DEAD or CANCELLED (null when none did), and each parent''s id and status as read; lists those '
+  'not ended for the commit (_settle).';
 
 -- The parents of row p_row of job_enqueue_many: p_spec is null or a JSON
 -- array of job ids (strings) and 1-based positions of earlier rows.
@@ -5745,6 +5760,8 @@ declare
   v_parent uuid[];
   v_status smallint[];
   v_external uuid[];
+  v_read_ids uuid[];
+  v_read_statuses smallint[];
   v_has_parents boolean[] := array_fill(false, array[v_count]);
   v_cancel boolean[] := array_fill(false, array[v_count]);
   v_named boolean[] := array_fill(false, array[v_count]);
@@ -5770,12 +5787,12 @@ begin
            order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
   v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
   if cardinality(v_external) > 0 then
-    perform pyjobq._read_parents(v_external);
+    select l.ids, l.statuses into v_read_ids, v_read_statuses from pyjobq._read_parents(v_external) l;
   end if;
-  select array_agg(j.status order by x.n)
+  select array_agg(r.status order by x.n)
     into v_status
     from unnest(v_parent) with ordinality x(id, n)
-    left join pyjobq.job_all j on j.job_id = x.id;
+    left join unnest(v_read_ids, v_read_statuses) r(id, status) on r.id = x.id;
   v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
   for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
     v_c := v_child[v_e];
@@ -5864,8 +5881,14 @@ $$;
 comment on function pyjobq._mark_parents(uuid[]) is
   'Marks the ended jobs among p_parents as having dependants (has_dependants).';
 
--- The rows of job_edge for a new child of parents read by _read_parents.
-create function pyjobq._link_parents(p_child uuid, p_parents uuid[])
+-- The rows of job_edge for a new child of parents read by _read_parents,
+-- resolved for those that had ended at that read.
+create function pyjobq._link_parents(
+  p_child uuid,
+  p_parents uuid[],
+  p_read_ids uuid[],
+  p_read_statuses smallint[]
+)
 returns void
 language plpgsql
 volatile
@@ -5873,18 +5896,19 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
-  select p.job_id, p_child, u.ord, p.status in (3, 4, 5)
+  select r.id, p_child, u.ord, r.status in (3, 4, 5)
     from (select d.id, min(d.ord)::int as ord
             from unnest(p_parents) with ordinality d(id, ord)
            group by d.id) u
-    join pyjobq.job_all p on p.job_id = u.id;
+    join unnest(p_read_ids, p_read_statuses) r(id, status) on r.id = u.id;
   perform pyjobq._mark_parents(p_parents);
 end;
 $$;
 
-comment on function pyjobq._link_parents(uuid, uuid[]) is
-  'Writes the job_edge rows of new job p_child for its parents p_parents (resolved for those that ended) and '
-  'marks the ended ones as having dependants.';
+comment on function pyjobq._link_parents(uuid, uuid[], uuid[], smallint[]) is
+  'Writes the job_edge rows of new job p_child for its parents p_parents, resolved for those whose status in '
+  'p_read_statuses (by p_read_ids, as _read_parents read them) had ended, and marks the ended ones as having '
+  'dependants.';
 
 -- The lock order of a cascade. A completion takes the WAITING children of the
 -- jobs it completes in id order, in one statement. A parent that ends DEAD
@@ -6531,8 +6555,14 @@ begin
      set has_dependants = true
    where p.job_id = any (v_parents)
      and not p.has_dependants;
-  v_ended := array(select h.job_id from pyjobq.job_history h where h.job_id = any (v_parents));
+  -- Those that ended since the enqueue read them: their edges from this
+  -- transaction are unresolved (no other edge of an ended job is).
+  v_ended := array(select h.job_id
+                     from pyjobq.job_history h
+                    where h.job_id = any (v_parents)
+                      and exists (select from pyjobq.job_edge e where e.parent_id = h.job_id and not e.resolved));
   if v_ended <> '{}' then
+    perform pyjobq._mark_parents(v_ended);
     perform pyjobq._ended(v_ended, pyjobq.clock_now(), false);
   end if;
   return null;
@@ -6540,8 +6570,8 @@ end;
 $$;
 
 comment on function pyjobq._settle() is
-  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live, and '
-  'resolves the edges of those that ended since.';
+  'The commit of an enqueue with parents (a deferred trigger): locks and marks the parents it found live; of '
+  'those that ended since, marks them too and resolves their edges.';
 
 create constraint trigger job_edge_settle
   after insert on pyjobq.job_edge

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.sqlhelp import one, one_row
+from tests.sqlhelp import one, one_row, run_threads, wait_for_lock_wait
 
 Conn = psycopg.Connection[Any]
 
@@ -82,6 +82,8 @@ def test_completions_never_wait_for_a_producer_that_named_their_batch_and_a_pare
         # The child joined the batch and waits for nothing: its parent is DONE.
         assert one(conn, "select status from pyjobq.job_all where job_id = %s", (child,)) == 1
         assert one(conn, "select waiting_on from pyjobq.job where job_id = %s", (child,)) == 0
+        # It ended before the commit, and is marked at it: it outlives the child in job_prune.
+        assert one(conn, "select has_dependants from pyjobq.job_all where job_id = %s", (parent,))
         assert state == ("open", 3, 1, 2, 0, 0)
     else:
         assert one(conn, "select count(*) from pyjobq.job_all where job_id = %s", (child,)) == 0
@@ -139,3 +141,44 @@ def test_what_a_producer_lists_for_its_commit_is_taken_on_trust_by_nothing(
     assert one_row(conn, BATCH, (other,)) == ("open", 1, 1, 0, 0, 0)
     conn.execute("select pyjobq.job_complete(%s, 'w1', %s)", (parent, claimed[parent]))
     assert one(conn, "select status from pyjobq.job where job_id = %s", (child,)) == 1
+
+
+@pytest.mark.parametrize("call", ["job_enqueue", "job_enqueue_many"])
+def test_a_parent_ending_while_its_child_is_enqueued_leaves_the_child_waiting_for_nothing(
+    conn: Conn, make_conn: Callable[[], Conn], call: str
+) -> None:
+    """The parent ends, and commits, between the enqueue's read of it and the child's insert
+    (arranged by an advisory lock the insert waits for): the child waits for nothing."""
+    parent = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
+    ((_, attempt),) = conn.execute("select job_id, attempt from pyjobq.job_claim('w1', 1)")
+    conn.execute(
+        "create function pause_insert() returns trigger language plpgsql as"
+        " $$ begin perform pg_advisory_xact_lock(4242); return new; end $$"
+    )
+    conn.execute(
+        "create trigger pause_insert before insert on pyjobq.job"
+        " for each row execute function pause_insert()"
+    )
+    blocker = make_conn()
+    blocker.execute("select pg_advisory_lock(4242)")
+    producer = make_conn()
+    enqueue = {
+        "job_enqueue": "select job_id from pyjobq.job_enqueue(1, '{}',"
+        " p_depends_on => array[%s]::uuid[])",
+        "job_enqueue_many": "select job_id from pyjobq.job_enqueue_many(1, array['{}'::jsonb],"
+        " p_depends_on => array[jsonb_build_array(%s::text)])",
+    }[call]
+    children: list[Any] = []
+
+    def end_the_parent_meanwhile() -> None:
+        wait_for_lock_wait(conn, producer, "the enqueue waits at its insert")
+        conn.execute("select pyjobq.job_complete(%s, 'w1', %s)", (parent, attempt))
+        blocker.execute("select pg_advisory_unlock(4242)")
+
+    run_threads(
+        [lambda: children.append(one(producer, enqueue, (parent,))), end_the_parent_meanwhile]
+    )
+    waits = "select status, waiting_on from pyjobq.job where job_id = %s"
+    assert one_row(conn, waits, (children[0],)) == (1, 0)
+    # Marked, the parent outlives the child in job_prune.
+    assert one(conn, "select has_dependants from pyjobq.job_all where job_id = %s", (parent,))

@@ -153,7 +153,9 @@ comment on function pyjobq._rate_record(smallint, text, interval, timestamptz, i
   'Adds a claim of p_count jobs at p_at to the rate window of type p_job_type and key p_key ('''': the type''s '
   'own), dropping the entries older than p_period. The caller holds the window''s advisory lock.';
 
-create function pyjobq._rate_record_taken(p_taken jsonb, p_at timestamptz)
+-- The rate windows a claim's jobs count in: the type's own ('') where the
+-- type has a rate limit, and the key's where it has a key rate limit.
+create function pyjobq._rate_record_claimed(p_ids uuid[], p_at timestamptz)
 returns void
 language plpgsql
 volatile
@@ -163,24 +165,25 @@ declare
   v_w record;
 begin
   for v_w in
-    select e.key, -e.value::int as n, t.job_type, t.rate_period, t.key_rate_period
-      from jsonb_each_text(p_taken) e
-      join pyjobq.job_type t on t.job_type = split_part(e.key, '/', 1)::smallint
-     where e.value::int < 0
+    select t.job_type, w.key, w.period, count(*)::int as n
+      from pyjobq.job j
+      join pyjobq.job_type t on t.job_type = j.job_type
+     cross join lateral (values ('', t.rate_period, t.rate_limit is not null),
+                                (j.concurrency_key, t.key_rate_period, t.key_rate_limit is not null)) w(key, period, counts)
+     where j.job_id = any (p_ids)
+       and w.counts
+       and w.key is not null
+     group by t.job_type, w.key, w.period
   loop
-    if position('/' in v_w.key) = 0 then
-      perform pyjobq._rate_record(v_w.job_type, '', v_w.rate_period, p_at, v_w.n);
-    else
-      perform pyjobq._rate_record(v_w.job_type, substr(v_w.key, position('/' in v_w.key) + 1),
-                                  v_w.key_rate_period, p_at, v_w.n);
-    end if;
+    perform pyjobq._rate_record(v_w.job_type, v_w.key, v_w.period, p_at, v_w.n);
   end loop;
 end;
 $$;
 
-comment on function pyjobq._rate_record_taken(jsonb, timestamptz) is
-  'Adds a claim at p_at to the rate windows it counts in: p_taken holds, by "type" and "type/key", 0 minus '
-  'the jobs the claim took (entries at 0 took none).';
+comment on function pyjobq._rate_record_claimed(uuid[], timestamptz) is
+  'Adds the claim at p_at of the jobs p_ids to the rate windows they count in: their type''s, where it has a '
+  'rate limit, and their concurrency key''s, where the type has a key rate limit. The caller holds the types'' '
+  'advisory locks.';
 
 create function pyjobq.job_type_limits()
 returns table (

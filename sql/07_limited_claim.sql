@@ -127,8 +127,6 @@ declare
   v_fair boolean;
   v_pool uuid[];
   v_ids uuid[];
-  v_all uuid[] := '{}';            -- every job this claim leased
-  v_row pyjobq.claimed_job;
 begin
   select l.p_types, l.p_at into p_types, v_at from pyjobq._claim_lock_types(p_types, p_now) l;
 
@@ -166,21 +164,18 @@ begin
     -- and every limited type has room for all p_limit jobs. Then the claim is
     -- the plain one, resuming from the session's claim front, at the claim's
     -- time. (A type limit that never binds costs its lock and its count.)
-    for v_row in select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(p_types, p_limit, v_at), p_lease, v_at) loop
-      v_all := v_all || v_row.job_id;
-      return next v_row;
-    end loop;
+    v_ids := pyjobq._claim_pick(p_types, p_limit, v_at);
+    return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
+    perform pyjobq._rate_record_claimed(v_ids, v_at);
   else
     -- The first due jobs: where no key is full, they are the claim.
     v_pool := pyjobq._claim_candidates(p_types, p_limit, v_room, v_keyed, p_now, false);
     v_ids := pyjobq._claim_choose(v_pool, p_limit, v_room, v_keyed, v_at);
     if v_ids <> '{}' then
-      for v_row in select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at) loop
-        v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
-        return next v_row;
-      end loop;
+      return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
       -- Counted now: the keys' rooms below are read from their windows.
-      perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+      perform pyjobq._rate_record_claimed(v_ids, v_at);
+      v_room := pyjobq._room_left(v_room, v_ids);
     end if;
     -- Full keys or full types ahead: the claim visits keys, and looks further.
     if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit then
@@ -188,12 +183,10 @@ begin
       v_ids := pyjobq._claim_choose(v_pool, p_limit - cardinality(v_ids), v_room, v_keyed, v_at);
       if v_ids <> '{}' then
         return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
-        perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+        perform pyjobq._rate_record_claimed(v_ids, v_at);
       end if;
     end if;
-    return;
   end if;
-  perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_all), v_at);
 end;
 $$;
 
@@ -517,45 +510,20 @@ comment on function pyjobq._claim_choose(uuid[], int, jsonb, jsonb, timestamptz)
   'Of the candidates p_pool, in order, the up to p_limit a limited claim at p_at takes: their concurrency key''s '
   'lock tried, its room counted under it, the type rooms p_room kept; their rows locked for _lease.';
 
--- What a claim took, where rate windows count it: by "type" and "type/key",
--- 0 minus the jobs, as _rate_record_taken reads it.
-create function pyjobq._rate_taken(p_ids uuid[])
+-- The rooms p_room left by "type" once the jobs p_ids are taken.
+create function pyjobq._room_left(p_room jsonb, p_ids uuid[])
 returns jsonb
 language sql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select coalesce(jsonb_object_agg(e.key, -e.n), '{}')
+  select p_room || coalesce(jsonb_object_agg(t.key, (p_room ->> t.key)::int - t.n), '{}')
     from (select j.job_type::text as key, count(*) as n
             from pyjobq.job j
-            join pyjobq.job_type t on t.job_type = j.job_type
            where j.job_id = any (p_ids)
-             and t.rate_limit is not null
-           group by j.job_type
-          union all
-          select j.job_type || '/' || j.concurrency_key, count(*)
-            from pyjobq.job j
-            join pyjobq.job_type t on t.job_type = j.job_type
-           where j.job_id = any (p_ids)
-             and t.key_rate_limit is not null
-             and j.concurrency_key is not null
-           group by j.job_type, j.concurrency_key) e
+           group by j.job_type) t
+   where p_room ? t.key
 $$;
 
-comment on function pyjobq._rate_taken(uuid[]) is
-  'The jobs p_ids counted where a rate window counts them, as _rate_record_taken takes them.';
-
--- One job taken: one less in the entries of its type and its key, where there are some.
-create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)
-returns jsonb
-language sql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-  select p_counts || coalesce(jsonb_object_agg(k, (p_counts ->> k)::int - 1), '{}')
-    from unnest(array[p_type, p_key]) k
-   where p_counts ? k
-$$;
-
-comment on function pyjobq._count_down(jsonb, text, text) is
-  'p_counts with one less in its entries p_type and p_key, where present.';
+comment on function pyjobq._room_left(jsonb, uuid[]) is
+  'p_room (room left by "type") with the jobs p_ids taken from the entries of their types, where present.';

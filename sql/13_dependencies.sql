@@ -113,7 +113,7 @@ begin
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
                                                       from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
-  perform pyjobq._settle_later('pyjobq.settle_parents', v_live);
+  perform pyjobq._settle_later(v_live);
 end;
 $$;
 

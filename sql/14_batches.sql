@@ -393,39 +393,40 @@ comment on function pyjobq.job_batch_get(uuid) is
 -- unresolved edges resolved, which only the edges of enqueues not yet
 -- committed can be.
 
-create function pyjobq._settle_later(p_setting text, p_ids uuid[])
+create function pyjobq._settle_later(p_ids uuid[])
 returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_list text := coalesce(current_setting(p_setting, true), '');
+  v_list text := coalesce(current_setting('pyjobq.settle_parents', true), '');
   v_add text := array_to_string(p_ids, ',');
 begin
   -- A loop of enqueues naming the same parents lists them once.
   if coalesce(v_add, '') <> '' and right(v_list, length(v_add)) is distinct from v_add then
-    perform set_config(p_setting, concat_ws(',', nullif(v_list, ''), v_add), true);
+    perform set_config('pyjobq.settle_parents', concat_ws(',', nullif(v_list, ''), v_add), true);
   end if;
 end;
 $$;
 
-comment on function pyjobq._settle_later(text, uuid[]) is
-  'Adds the ids p_ids to the list in setting p_setting that this transaction''s commit settles (_settle).';
+comment on function pyjobq._settle_later(uuid[]) is
+  'Adds the parents p_ids to the list in setting pyjobq.settle_parents that this transaction''s commit settles '
+  '(_settle).';
 
-create function pyjobq._settle_list(p_setting text)
+create function pyjobq._settle_list()
 returns uuid[]
 language sql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select coalesce(array_agg(distinct u.id::uuid order by u.id::uuid), '{}')
-    from unnest(string_to_array(current_setting(p_setting, true), ',')) u(id)
+    from unnest(string_to_array(current_setting('pyjobq.settle_parents', true), ',')) u(id)
    where u.id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 $$;
 
-comment on function pyjobq._settle_list(text) is
-  'The ids listed in setting p_setting (anything else there ignored), distinct, in order.';
+comment on function pyjobq._settle_list() is
+  'The ids listed in setting pyjobq.settle_parents (anything else there ignored), distinct, in order.';
 
 create function pyjobq._settle()
 returns trigger
@@ -434,7 +435,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_parents uuid[] := pyjobq._settle_list('pyjobq.settle_parents');
+  v_parents uuid[] := pyjobq._settle_list();
   v_ended uuid[];
 begin
   if v_parents = '{}' then

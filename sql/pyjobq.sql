@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 38
+  select 39
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2574,7 +2574,9 @@ comment on function pyjobq._rate_record(smallint, text, interval, timestamptz, i
   'Adds a claim of p_count jobs at p_at to the rate window of type p_job_type and key p_key ('''': the type''s '
   'own), dropping the entries older than p_period. The caller holds the window''s advisory lock.';
 
-create function pyjobq._rate_record_taken(p_taken jsonb, p_at timestamptz)
+-- The rate windows a claim's jobs count in: the type's own ('') where the
+-- type has a rate limit, and the key's where it has a key rate limit.
+create function pyjobq._rate_record_claimed(p_ids uuid[], p_at timestamptz)
 returns void
 language plpgsql
 volatile
@@ -2584,24 +2586,25 @@ declare
   v_w record;
 begin
   for v_w in
-    select e.key, -e.value::int as n, t.job_type, t.rate_period, t.key_rate_period
-      from jsonb_each_text(p_taken) e
-      join pyjobq.job_type t on t.job_type = split_part(e.key, '/', 1)::smallint
-     where e.value::int < 0
+    select t.job_type, w.key, w.period, count(*)::int as n
+      from pyjobq.job j
+      join pyjobq.job_type t on t.job_type = j.job_type
+     cross join lateral (values ('', t.rate_period, t.rate_limit is not null),
+                                (j.concurrency_key, t.key_rate_period, t.key_rate_limit is not null)) w(key, period, counts)
+     where j.job_id = any (p_ids)
+       and w.counts
+       and w.key is not null
+     group by t.job_type, w.key, w.period
   loop
-    if position('/' in v_w.key) = 0 then
-      perform pyjobq._rate_record(v_w.job_type, '', v_w.rate_period, p_at, v_w.n);
-    else
-      perform pyjobq._rate_record(v_w.job_type, substr(v_w.key, position('/' in v_w.key) + 1),
-                                  v_w.key_rate_period, p_at, v_w.n);
-    end if;
+    perform pyjobq._rate_record(v_w.job_type, v_w.key, v_w.period, p_at, v_w.n);
   end loop;
 end;
 $$;
 
-comment on function pyjobq._rate_record_taken(jsonb, timestamptz) is
-  'Adds a claim at p_at to the rate windows it counts in: p_taken holds, by "type" and "type/key", 0 minus '
-  'the jobs the claim took (entries at 0 took none).';
+comment on function pyjobq._rate_record_claimed(uuid[], timestamptz) is
+  'Adds the claim at p_at of the jobs p_ids to the rate windows they count in: their type''s, where it has a '
+  'rate limit, and their concurrency key''s, where the type has a key rate limit. The caller holds the types'' '
+  'advisory locks.';
 
 create function pyjobq.job_type_limits()
 returns table (
@@ -2820,8 +2823,6 @@ declare
   v_fair boolean;
   v_pool uuid[];
   v_ids uuid[];
-  v_all uuid[] := '{}';            -- every job this claim leased
-  v_row pyjobq.claimed_job;
 begin
   select l.p_types, l.p_at into p_types, v_at from pyjobq._claim_lock_types(p_types, p_now) l;
 
@@ -2859,21 +2860,18 @@ begin
     -- and every limited type has room for all p_limit jobs. Then the claim is
     -- the plain one, resuming from the session's claim front, at the claim's
     -- time. (A type limit that never binds costs its lock and its count.)
-    for v_row in select * from pyjobq._lease(p_worker_id, pyjobq._claim_pick(p_types, p_limit, v_at), p_lease, v_at) loop
-      v_all := v_all || v_row.job_id;
-      return next v_row;
-    end loop;
+    v_ids := pyjobq._claim_pick(p_types, p_limit, v_at);
+    return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
+    perform pyjobq._rate_record_claimed(v_ids, v_at);
   else
     -- The first due jobs: where no key is full, they are the claim.
     v_pool := pyjobq._claim_candidates(p_types, p_limit, v_room, v_keyed, p_now, false);
     v_ids := pyjobq._claim_choose(v_pool, p_limit, v_room, v_keyed, v_at);
     if v_ids <> '{}' then
-      for v_row in select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at) loop
-        v_room := pyjobq._count_down(v_room, v_row.job_type::text, null);
-        return next v_row;
-      end loop;
+      return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
       -- Counted now: the keys' rooms below are read from their windows.
-      perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+      perform pyjobq._rate_record_claimed(v_ids, v_at);
+      v_room := pyjobq._room_left(v_room, v_ids);
     end if;
     -- Full keys or full types ahead: the claim visits keys, and looks further.
     if cardinality(v_ids) < p_limit and cardinality(v_pool) >= p_limit then
@@ -2881,12 +2879,10 @@ begin
       v_ids := pyjobq._claim_choose(v_pool, p_limit - cardinality(v_ids), v_room, v_keyed, v_at);
       if v_ids <> '{}' then
         return query select * from pyjobq._lease(p_worker_id, v_ids, p_lease, v_at);
-        perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_ids), v_at);
+        perform pyjobq._rate_record_claimed(v_ids, v_at);
       end if;
     end if;
-    return;
   end if;
-  perform pyjobq._rate_record_taken(pyjobq._rate_taken(v_all), v_at);
 end;
 $$;
 
@@ -3210,48 +3206,23 @@ comment on function pyjobq._claim_choose(uuid[], int, jsonb, jsonb, timestamptz)
   'Of the candidates p_pool, in order, the up to p_limit a limited claim at p_at takes: their concurrency key''s '
   'lock tried, its room counted under it, the type rooms p_room kept; their rows locked for _lease.';
 
--- What a claim took, where rate windows count it: by "type" and "type/key",
--- 0 minus the jobs, as _rate_record_taken reads it.
-create function pyjobq._rate_taken(p_ids uuid[])
+-- The rooms p_room left by "type" once the jobs p_ids are taken.
+create function pyjobq._room_left(p_room jsonb, p_ids uuid[])
 returns jsonb
 language sql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select coalesce(jsonb_object_agg(e.key, -e.n), '{}')
+  select p_room || coalesce(jsonb_object_agg(t.key, (p_room ->> t.key)::int - t.n), '{}')
     from (select j.job_type::text as key, count(*) as n
             from pyjobq.job j
-            join pyjobq.job_type t on t.job_type = j.job_type
            where j.job_id = any (p_ids)
-             and t.rate_limit is not null
-           group by j.job_type
-          union all
-          select j.job_type || '/' || j.concurrency_key, count(*)
-            from pyjobq.job j
-            join pyjobq.job_type t on t.job_type = j.job_type
-           where j.job_id = any (p_ids)
-             and t.key_rate_limit is not null
-             and j.concurrency_key is not null
-           group by j.job_type, j.concurrency_key) e
+           group by j.job_type) t
+   where p_room ? t.key
 $$;
 
-comment on function pyjobq._rate_taken(uuid[]) is
-  'The jobs p_ids counted where a rate window counts them, as _rate_record_taken takes them.';
-
--- One job taken: one less in the entries of its type and its key, where there are some.
-create function pyjobq._count_down(p_counts jsonb, p_type text, p_key text)
-returns jsonb
-language sql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-  select p_counts || coalesce(jsonb_object_agg(k, (p_counts ->> k)::int - 1), '{}')
-    from unnest(array[p_type, p_key]) k
-   where p_counts ? k
-$$;
-
-comment on function pyjobq._count_down(jsonb, text, text) is
-  'p_counts with one less in its entries p_type and p_key, where present.';
+comment on function pyjobq._room_left(jsonb, uuid[]) is
+  'p_room (room left by "type") with the jobs p_ids taken from the entries of their types, where present.';
 
 -- Finish ----------------------------------------------------------------------
 
@@ -5671,7 +5642,7 @@ begin
   perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
                                                       from pyjobq.job_all p
                                                      where p.job_id = any (p_parents)));
-  perform pyjobq._settle_later('pyjobq.settle_parents', v_live);
+  perform pyjobq._settle_later(v_live);
 end;
 $$;
 
@@ -6500,39 +6471,40 @@ comment on function pyjobq.job_batch_get(uuid) is
 -- unresolved edges resolved, which only the edges of enqueues not yet
 -- committed can be.
 
-create function pyjobq._settle_later(p_setting text, p_ids uuid[])
+create function pyjobq._settle_later(p_ids uuid[])
 returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_list text := coalesce(current_setting(p_setting, true), '');
+  v_list text := coalesce(current_setting('pyjobq.settle_parents', true), '');
   v_add text := array_to_string(p_ids, ',');
 begin
   -- A loop of enqueues naming the same parents lists them once.
   if coalesce(v_add, '') <> '' and right(v_list, length(v_add)) is distinct from v_add then
-    perform set_config(p_setting, concat_ws(',', nullif(v_list, ''), v_add), true);
+    perform set_config('pyjobq.settle_parents', concat_ws(',', nullif(v_list, ''), v_add), true);
   end if;
 end;
 $$;
 
-comment on function pyjobq._settle_later(text, uuid[]) is
-  'Adds the ids p_ids to the list in setting p_setting that this transaction''s commit settles (_settle).';
+comment on function pyjobq._settle_later(uuid[]) is
+  'Adds the parents p_ids to the list in setting pyjobq.settle_parents that this transaction''s commit settles '
+  '(_settle).';
 
-create function pyjobq._settle_list(p_setting text)
+create function pyjobq._settle_list()
 returns uuid[]
 language sql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select coalesce(array_agg(distinct u.id::uuid order by u.id::uuid), '{}')
-    from unnest(string_to_array(current_setting(p_setting, true), ',')) u(id)
+    from unnest(string_to_array(current_setting('pyjobq.settle_parents', true), ',')) u(id)
    where u.id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 $$;
 
-comment on function pyjobq._settle_list(text) is
-  'The ids listed in setting p_setting (anything else there ignored), distinct, in order.';
+comment on function pyjobq._settle_list() is
+  'The ids listed in setting pyjobq.settle_parents (anything else there ignored), distinct, in order.';
 
 create function pyjobq._settle()
 returns trigger
@@ -6541,7 +6513,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 declare
-  v_parents uuid[] := pyjobq._settle_list('pyjobq.settle_parents');
+  v_parents uuid[] := pyjobq._settle_list();
   v_ended uuid[];
 begin
   if v_parents = '{}' then

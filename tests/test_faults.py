@@ -19,7 +19,7 @@ import pytest
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
-from tests.faults import failover, scenarios
+from tests.faults import failover, mixed, scenarios
 from tests.faults.harness import assert_sound
 
 SCALE = float(os.environ.get("PYJOBQ_TEST_SCALE", "1"))
@@ -97,3 +97,12 @@ def test_failover_to_a_synchronous_standby() -> None:
     # died mid-drain, the standby was promoted, served the probe batch and took the producer's
     # enqueues (failover.assert_failed_over).
     failover.assert_no_loss(figures)
+
+
+def test_limits_rates_schedules_dependencies_and_batches_under_terminated_backends(
+    dsn: str,
+) -> None:
+    figures = mixed.features_under_backend_kills(dsn, SCALE)
+    report(figures)
+    mixed.assert_held(figures)
+    assert figures["backends_killed"] > 0

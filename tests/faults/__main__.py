@@ -13,7 +13,7 @@ import psycopg
 
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
-from tests.faults import failover, scenarios
+from tests.faults import failover, mixed, scenarios
 from tests.faults.harness import assert_sound
 
 # The same throwaway settings as the test suite's server; the crash gets a durable server.
@@ -30,7 +30,10 @@ RUNS: dict[str, Callable[[LocalPostgres, str, float], dict[str, Any]]] = {
     "exhaustion": lambda s, dsn, k: scenarios.connection_exhaustion(dsn, k),
     "xmin": lambda s, dsn, k: scenarios.pinned_horizon(dsn, k),
     "overload": lambda s, dsn, k: scenarios.overload(dsn, k),
+    "features": lambda s, dsn, k: mixed.features_under_backend_kills(dsn, k),
 }
+# The verdict of each scenario of RUNS: assert_sound's, or more.
+CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {"features": mixed.assert_held}
 
 Figures = scenarios.Figures
 
@@ -69,7 +72,8 @@ def main() -> int:
             run, check = OWN_SERVERS[name]
             figures = run(args.scale)
         else:
-            figures, check = on_throwaway_server(name, args.scale), assert_sound
+            figures = on_throwaway_server(name, args.scale)
+            check = CHECKS.get(name, assert_sound)
         verdict = "ok"
         try:
             check(figures)

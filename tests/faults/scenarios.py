@@ -82,7 +82,7 @@ def server_crash(dsn: str, crash: Callable[[], None], scale: float = 1.0) -> Fig
         crashed = time.monotonic()
         crash()
         restarted = time.monotonic()
-        with _connect_retrying(dsn) as conn:
+        with connect_retrying(dsn) as conn:
             probe = Probe.enqueue(conn)
         wait_for(producer.done, "the producer to enqueue every job", 120)
         drain = wait_drained(dsn, producer.acknowledged + probe.job_ids)
@@ -103,7 +103,7 @@ def _done_ids(dsn: str) -> list[Any]:
     return [r[0] for r in retrying(dsn, "select job_id from pyjobq.job_all where status = 3")]
 
 
-def _connect_retrying(dsn: str) -> psycopg.Connection[Any]:
+def connect_retrying(dsn: str) -> psycopg.Connection[Any]:
     """A connection as soon as the server accepts one again."""
     deadline = time.monotonic() + 120
     while True:
@@ -163,8 +163,8 @@ def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
                 return finished(dsn) >= k * total // (KILLS + 2)
 
             wait_for(enough_finished, f"{k}/{KILLS + 2} of the jobs to finish", 120)
-            kills += _terminate_other_sessions(killer)
-        probe = Probe.enqueue(killer, _terminate_other_sessions)
+            kills += terminate_other_sessions(killer)
+        probe = Probe.enqueue(killer, terminate_other_sessions)
         kills += probe.fault_result
         wait_for(producer.done, "the producer to enqueue every job", 120)
         drain = wait_drained(dsn, producer.acknowledged + probe.job_ids)
@@ -179,7 +179,7 @@ def backend_kills(dsn: str, scale: float = 1.0) -> Figures:
     return figures
 
 
-def _terminate_other_sessions(conn: psycopg.Connection[Any]) -> int:
+def terminate_other_sessions(conn: psycopg.Connection[Any]) -> int:
     rows = conn.execute(
         "select pg_terminate_backend(pid) from pg_stat_activity"
         " where datname = current_database() and pid <> pg_backend_pid()"

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.sqlhelp import enqueue, one, raises_sqlstate
+from tests.sqlhelp import enqueue, one, one_row, raises_sqlstate
 
 Conn = psycopg.Connection[Any]
 
@@ -75,3 +75,29 @@ def test_a_claim_of_a_type_with_a_concurrency_limit_needs_read_committed(
     assert one(conn, "select count(*) from pyjobq.job_all where status = 2") == 1
     # A claim in READ COMMITTED counts the other claim: the limit is reached.
     assert make_conn().execute("select * from pyjobq.job_claim('fresh', 1)").fetchall() == []
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+@pytest.mark.parametrize("change", ["renewed", "completed"])
+def test_the_commit_of_an_enqueue_naming_a_parent_changed_since_its_snapshot_gets_40001(
+    conn: Conn, make_conn: Callable[[], Conn], isolation: str, change: str
+) -> None:
+    """A producer enqueues a child of RUNNING job P; another session changes P and commits;
+    the producer's commit, whose deferred settle locks P, fails with 40001 and leaves nothing.
+    Retried, the enqueue commits, and the child waits for P or runs after it as it should."""
+    parent = enqueue(conn)
+    ((_, attempt),) = conn.execute("select job_id, attempt from pyjobq.job_claim('w1', 1)")
+    producer = make_conn()
+    producer.execute("begin isolation level " + isolation)
+    child_of_parent = "select job_id from pyjobq.job_enqueue(1, '{}', p_depends_on => array[%s])"
+    one(producer, child_of_parent, (parent,))
+    if change == "renewed":
+        conn.execute("select pyjobq.job_renew_lease(%s, 'w1', %s, 60)", (parent, attempt))
+    else:
+        conn.execute("select pyjobq.job_complete(%s, 'w1', %s)", (parent, attempt))
+    with raises_sqlstate("40001"):
+        producer.execute("commit")
+    assert one(conn, "select count(*) from pyjobq.job_all where job_id <> %s", (parent,)) == 0
+    child = one(make_conn(), child_of_parent, (parent,))
+    waits = "select status, waiting_on from pyjobq.job where job_id = %s"
+    assert one_row(conn, waits, (child,)) == ((6, 1) if change == "renewed" else (1, 0))

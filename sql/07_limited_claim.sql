@@ -205,12 +205,15 @@ comment on function pyjobq._claim_limited(text, smallint[], int, int, timestampt
 -- only narrows the visit: _claim_choose counts it again under them.
 create function pyjobq._claim_key_heads(p_job_type smallint, p_room int, p_rule jsonb, p_now timestamptz)
 returns setof uuid
-language sql
+language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
+begin
+  return query
   with recursive keys as (
     (select c.concurrency_key as key
        from pyjobq.job c
@@ -258,7 +261,8 @@ as $$
         and c.concurrency_key = k.key
         and c.run_after <= p_now
       order by c.priority, c.run_after, c.seq
-      limit greatest(r.room, 0)) h
+      limit greatest(r.room, 0)) h;
+end;
 $$;
 
 comment on function pyjobq._claim_key_heads(smallint, int, jsonb, timestamptz) is
@@ -419,6 +423,7 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_mine text[];

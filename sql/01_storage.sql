@@ -140,7 +140,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 40
+  select 41
 $$;
 
 comment on function pyjobq.schema_version() is

@@ -182,6 +182,7 @@ returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   return query
@@ -228,6 +229,7 @@ returns uuid[]
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
 -- sorts off the table leaves the ordered scan of job_claim_idx, which stops
@@ -429,6 +431,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();

@@ -109,6 +109,7 @@ set enable_bitmapscan = off
 set enable_hashjoin = off
 set enable_mergejoin = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   return query

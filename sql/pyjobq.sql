@@ -159,7 +159,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 40
+  select 41
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -2117,6 +2117,7 @@ returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   return query
@@ -2163,6 +2164,7 @@ returns uuid[]
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
 -- sorts off the table leaves the ordered scan of job_claim_idx, which stops
@@ -2364,6 +2366,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 set enable_sort = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_now timestamptz := pyjobq.clock_now();
@@ -3340,6 +3343,7 @@ set enable_bitmapscan = off
 set enable_hashjoin = off
 set enable_mergejoin = off
 set jit = off
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   return query

@@ -1,11 +1,38 @@
 -- depends: 0040_claims_plan_once
 
 -- Schema 41: the claim's pick and lease (_claim_pick, _lease), the one way out
--- of RUNNING (_finish) and job_next_due keep one plan per session. Each was
--- planned again at every call (PL/pgSQL's plan cache judged the generic plan
--- over array arguments costlier than the custom ones), 0.42 ms of a one-job
--- completion and 0.12 ms of a one-job claim; their plans are pinned by the
--- settings beside them, so the generic plan is the plan they had.
+-- of RUNNING (_finish), job_next_due and the new job ids (_new_job_ids) keep
+-- one plan per session. Each was planned again at every call (PL/pgSQL's plan
+-- cache judged the generic plan over array arguments costlier than the custom
+-- ones), 0.42 ms of a one-job completion, 0.12 ms of a one-job claim and
+-- 0.08 ms of an enqueue; their plans are pinned by the settings beside them,
+-- so the generic plan is the plan they had.
+
+create or replace function pyjobq._new_job_ids(p_now timestamptz, p_count int)
+returns table (seq bigint, job_id uuid)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+  -- Time-ordered ids in UUIDv7's layout (version 8 here): 48 bits of
+  -- milliseconds, 12 random bits per call, then the job's (unique) seq under
+  -- the variant bits: new keys land at the right edge of job_pkey. PL/pgSQL,
+  -- its plan generic: kept for the session, where a SQL body, or custom
+  -- plans for each p_count, are made at every call.
+  return query
+  select s.seq,
+         (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
+    from (select lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
+                 || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0') as prefix) p,
+         lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s;
+end;
+$$;
+
+comment on function pyjobq._new_job_ids(timestamptz, int) is
+  'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
+
 
 create or replace function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
 returns uuid[]

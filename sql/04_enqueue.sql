@@ -5,12 +5,14 @@ returns table (seq bigint, job_id uuid)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 begin
   -- Time-ordered ids in UUIDv7's layout (version 8 here): 48 bits of
   -- milliseconds, 12 random bits per call, then the job's (unique) seq under
-  -- the variant bits: new keys land at the right edge of job_pkey. PL/pgSQL:
-  -- its plan is kept for the session, where a SQL body is planned every call.
+  -- the variant bits: new keys land at the right edge of job_pkey. PL/pgSQL,
+  -- its plan generic: kept for the session, where a SQL body, or custom
+  -- plans for each p_count, are made at every call.
   return query
   select s.seq,
          (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid

@@ -140,7 +140,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 41
+  select 42
 $$;
 
 comment on function pyjobq.schema_version() is

@@ -74,6 +74,7 @@ declare
   v_found int;
   v_wanted int := (select count(distinct u.id) from unnest(p_parents) u(id));
   v_live uuid[];
+  v_types int[];
   v_missing uuid;
 begin
   if cardinality(p_parents) > 100000 then
@@ -94,25 +95,21 @@ begin
            min(format('parent %s ended %s', p.job_id, pyjobq._status_name(p.status)))
              filter (where p.status in (4, 5)),
            array_agg(p.job_id) filter (where p.status in (1, 2, 6)),
-           array_agg(p.job_id), array_agg(p.status)
-      into v_found, waiting, failure, v_live, ids, statuses
+           array_agg(p.job_id), array_agg(p.status), array_agg(distinct p.job_type::int)
+      into v_found, waiting, failure, v_live, ids, statuses, v_types
       from pyjobq.job_all p
      where p.job_id = any (p_parents);
     exit when v_found >= v_wanted;
   end loop;
+  -- Everything below is decided from that read, none from another.
   if v_found < v_wanted then
-    select u.id into v_missing
-      from unnest(p_parents) u(id)
-     where not exists (select from pyjobq.job_all p where p.job_id = u.id)
-     limit 1;
+    v_missing := (select u.id from unnest(p_parents) u(id) where u.id <> all (coalesce(ids, '{}')) limit 1);
     raise exception 'parent job % not found', v_missing
       using errcode = 'JQ002',
             hint = 'A job can depend only on jobs that exist: enqueue the parents first (pruned jobs are gone).';
   end if;
   -- The child will see its parents' results: the caller must be allowed to see them.
-  perform pyjobq._check_privilege('observe', array(select distinct p.job_type::int
-                                                      from pyjobq.job_all p
-                                                     where p.job_id = any (p_parents)));
+  perform pyjobq._check_privilege('observe', v_types);
   perform pyjobq._settle_later(v_live);
 end;
 $$;

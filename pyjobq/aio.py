@@ -172,11 +172,13 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         lease_seconds: int | None = None,
         job_types: Sequence[int | str] | None = None,
     ) -> ClaimBatch:
-        """``job_claim``, and ``job_next_due`` for the same types in the same statement.
+        """``job_claim``, and ``job_next_due`` for the same types and ``job_next_chores`` in the
+        same statement.
 
         Returns the jobs claimed and the seconds until the next job still to come becomes
         due (``None`` when none is scheduled), so an idle worker sleeps exactly that long for
-        the one round trip a plain claim costs.
+        the one round trip a plain claim costs; and until a schedule's next tick and the next
+        lease to expire, so that it ticks and reaps only then.
         """
         codes = await self._type_codes(job_types)
         params = (codes, worker_id, limit, lease_seconds, codes)
@@ -187,9 +189,9 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         ):
             await cur.execute(statements.CLAIM_WITH_NEXT_DUE, params, binary=True)
             rows = await cur.fetchall()
-        # An empty claim is one row: no job, only the time.
-        jobs = [ClaimedJob(*row[:-1]) for row in rows if row[0] is not None]
-        return ClaimBatch(jobs, rows[0][-1])
+        # An empty claim is one row: no job, only the times.
+        jobs = [ClaimedJob(*row[:-3]) for row in rows if row[0] is not None]
+        return ClaimBatch(jobs, *rows[0][-3:])
 
     async def next_due(self, job_types: Sequence[int | str] | None = None) -> datetime | None:
         """``job_next_due``: when the earliest PENDING job not yet due becomes due (None if none

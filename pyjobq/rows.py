@@ -62,10 +62,14 @@ class ClaimedJob:
 @dataclass(frozen=True, slots=True)
 class ClaimBatch:
     """What ``claim_with_next_due`` returns: the jobs ``job_claim`` took, and the seconds until
-    the time ``job_next_due`` gives (None when no job is scheduled to become due)."""
+    the times ``job_next_due`` and ``job_next_chores`` give, each None when there is none: the
+    next job to become due, the next tick of a schedule, the next lease to expire (negative
+    when it has)."""
 
     jobs: list[ClaimedJob]
     next_due_in: float | None
+    next_tick_in: float | None = None
+    next_expiry_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,15 +33,20 @@ CLAIM: LiteralString = (
     " run_after, lease_until, created_at, lease_token, metadata, parent_results"
     " from pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[])"
 )
-# job_next_due is read first, once, in the same statement: it counts jobs still to come, which
-# a claim never takes. OFFSET 0 keeps the planner from pulling the subquery up into the join,
-# where its expression would run once per claimed row. The claim's columns are those of CLAIM;
-# an empty claim is one row of nulls beside next_due_in.
+# job_next_due and job_next_chores are read first, once, in the same statement: they count jobs
+# still to come, schedules and leases, which a claim never changes. OFFSET 0 keeps the planner
+# from pulling the subquery up into the join, where its expressions would run once per claimed
+# row. The claim's columns are those of CLAIM; an empty claim is one row of nulls beside the
+# times.
 CLAIM_WITH_NEXT_DUE: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
-    " run_after, lease_until, created_at, lease_token, metadata, parent_results, next_due_in"
-    " from (select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
-    " as next_due_in offset 0) n"
+    " run_after, lease_until, created_at, lease_token, metadata, parent_results,"
+    " next_due_in, next_tick_in, next_expiry_in"
+    " from (select"
+    " extract(epoch from pyjobq.job_next_due(%s::int[]) - now_)::float8 as next_due_in,"
+    " extract(epoch from c.next_tick - now_)::float8 as next_tick_in,"
+    " extract(epoch from c.next_expiry - now_)::float8 as next_expiry_in"
+    " from pyjobq.job_next_chores() c, pyjobq.clock_now() now_ offset 0) n"
     " left join lateral pyjobq.job_claim(%s::text, %s::int, %s::int, %s::int[]) on true"
 )
 NEXT_DUE: LiteralString = "select pyjobq.job_next_due(%s::int[])"

@@ -505,3 +505,25 @@ comment on function pyjobq.job_schedule_tick() is
   'more than the schedule''s grace late are skipped or, with on_miss catch_up, enqueue one job (catch_up '
   'true). Returns one row per job enqueued: the schedule, the tick, the job (or the active job holding the '
   'schedule''s dedupe key, created false).';
+
+-- When a worker's other chores are next due: the next tick of a schedule not
+-- paused (job_schedule_tick), and the first lease to expire (job_reap). A
+-- worker reads it in its claim's statement, beside job_next_due, and ticks
+-- and reaps only when these times come: with no schedule and no job RUNNING,
+-- its claims are all an idle worker sends. Each is one probe of an index.
+create function pyjobq.job_next_chores(out next_tick timestamptz, out next_expiry timestamptz)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  next_tick := (select min(s.next_fire_at) from pyjobq.schedule s where not s.paused);
+  next_expiry := (select min(j.lease_until) from pyjobq.job j where j.lease_until is not null);
+end;
+$$;
+
+comment on function pyjobq.job_next_chores() is
+  'When a worker should next tick the schedules and reap: the next tick of a schedule not paused (next_tick) '
+  'and the earliest lease of a RUNNING job to expire (next_expiry), each null when there is none. A worker '
+  'reads it with its claim, and calls job_schedule_tick and job_reap when these times come.';

@@ -72,6 +72,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_worker,pyjobq_admin}'),
   ('pyjobq.job_schedule_tick()',
    '{pyjobq_worker,pyjobq_admin}'),
+  ('pyjobq.job_next_chores()',
+   '{pyjobq_worker,pyjobq_admin}'),
   ('pyjobq.job_counts()',
    '{pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.job_throughput(int)',

@@ -33,6 +33,7 @@
 --   job_enqueue / job_enqueue_many   -> PENDING (1), due at run_after
 --   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
 --   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
+--   job_next_chores                  -> when a schedule next ticks and a lease next expires (its other alarms)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
@@ -159,7 +160,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 42
+  select 43
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -5306,6 +5307,28 @@ comment on function pyjobq.job_schedule_tick() is
   'true). Returns one row per job enqueued: the schedule, the tick, the job (or the active job holding the '
   'schedule''s dedupe key, created false).';
 
+-- When a worker's other chores are next due: the next tick of a schedule not
+-- paused (job_schedule_tick), and the first lease to expire (job_reap). A
+-- worker reads it in its claim's statement, beside job_next_due, and ticks
+-- and reaps only when these times come: with no schedule and no job RUNNING,
+-- its claims are all an idle worker sends. Each is one probe of an index.
+create function pyjobq.job_next_chores(out next_tick timestamptz, out next_expiry timestamptz)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  next_tick := (select min(s.next_fire_at) from pyjobq.schedule s where not s.paused);
+  next_expiry := (select min(j.lease_until) from pyjobq.job j where j.lease_until is not null);
+end;
+$$;
+
+comment on function pyjobq.job_next_chores() is
+  'When a worker should next tick the schedules and reap: the next tick of a schedule not paused (next_tick) '
+  'and the earliest lease of a RUNNING job to expire (next_expiry), each null when there is none. A worker '
+  'reads it with its claim, and calls job_schedule_tick and job_reap when these times come.';
+
 -- Activity --------------------------------------------------------------------
 --
 -- What happened, for the people who operate the queue: jobs finished per
@@ -6986,6 +7009,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_reap(int)',
    '{pyjobq_worker,pyjobq_admin}'),
   ('pyjobq.job_schedule_tick()',
+   '{pyjobq_worker,pyjobq_admin}'),
+  ('pyjobq.job_next_chores()',
    '{pyjobq_worker,pyjobq_admin}'),
   ('pyjobq.job_counts()',
    '{pyjobq_observer,pyjobq_admin}'),

@@ -37,6 +37,7 @@ from pyjobq.errors import translate
 from pyjobq.migrate import shipped_migrations
 from pyjobq.rows import (
     Cancellation,
+    ClaimBatch,
     JobInfo,
     JobSummary,
     JobTypeInfo,
@@ -290,12 +291,12 @@ def test_each_statement_names_exactly_the_fields_of_its_row(name: str, row: type
     assert "*" not in statement
 
 
-def test_claim_with_next_due_reads_the_columns_of_a_claim_then_the_wait() -> None:
+def test_claim_with_next_due_reads_the_columns_of_a_claim_then_the_waits() -> None:
     columns = re.match(r"select (.*?) from \(", statements.CLAIM_WITH_NEXT_DUE)
     assert columns is not None
     assert [c.strip() for c in columns.group(1).split(",")] == [
         *(f.name for f in dataclasses.fields(ClaimedJob)),
-        "next_due_in",
+        *(f.name for f in dataclasses.fields(ClaimBatch) if f.name != "jobs"),
     ]
 
 

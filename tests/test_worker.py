@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -412,22 +412,55 @@ def test_a_job_given_back_at_shutdown_is_never_started(dsn: str, db: Conn) -> No
 
 def test_a_worker_ticks_the_schedules_and_runs_what_they_fire(dsn: str, db: Conn) -> None:
     """The worker's clock stands a second after a tick that no one has fired: its ticker fires
-    it once, however often it ticks, and the job runs."""
+    it, once, and the job runs; the next tick a minute away, twenty polls later it has ticked
+    no more."""
     start = FROZEN
     freeze(db, start)
     JobQueue(db).schedule_set("minutely", "* * * * *", JobType.SEARCH, {"n": 1})
+    hooks = Statements()
     worker = Worker(
-        frozen_dsn(dsn, start + timedelta(seconds=61)), {JobType.SEARCH: ok}, schedule_interval=0.1
+        frozen_dsn(dsn, start + timedelta(seconds=61)),
+        {JobType.SEARCH: ok},
+        hooks=hooks,
+        poll_interval=0.05,
+        schedule_interval=0.1,
     )
     with running(worker) as r:
         wait_for(lambda: statuses(db) == {3: 1}, "the scheduled job DONE")
-        # Many more ticks at the same instant fire nothing more.
-        wait_for(lambda: r.worker.metrics.round_trips > 40, "more ticks")
+        polls = hooks.sent["claim"]
+        wait_for(lambda: hooks.sent["claim"] >= polls + 20, "twenty more polls")
         metrics = r.stop()
     assert metrics.scheduled == 1
+    assert hooks.sent["schedule_tick"] == 1
     assert statuses(db) == {3: 1}
     (schedule,) = JobQueue(db).schedules()
     assert (schedule.fired, schedule.last_fire_at) == (1, start + timedelta(seconds=60))
+
+
+def test_an_idle_worker_sends_its_claims_and_reaps_when_a_lease_expires(dsn: str, db: Conn) -> None:
+    """No schedule and no job RUNNING: over twenty polls an idle worker sends its claims and
+    nothing else (job_next_chores, read in each claim, says there is nothing to tick or reap).
+    Then another holder's lease of a second expires: the worker reaps it, once it has."""
+    hooks = Statements()
+    worker = Worker(
+        dsn,
+        {JobType.SEARCH: ok},
+        hooks=hooks,
+        poll_interval=0.05,
+        reap_interval=0.1,
+        schedule_interval=0.1,
+    )
+    with running(worker) as r:
+        wait_for(lambda: hooks.sent.get("claim", 0) >= 20, "twenty polls")
+        assert set(hooks.sent) == {"claim"}
+        q = JobQueue(db)
+        q.enqueue(JobType.OUTBOX, {})
+        (held,) = q.claim("other", 1, lease_seconds=1, job_types=[JobType.OUTBOX])
+        wait_for(lambda: "reap" in hooks.sent, "the expired lease reaped")
+        r.stop()
+    assert db.execute("select clock_timestamp() > %s", (held.lease_until,)).fetchone() == (True,)
+    assert statuses(db) == {1: 1}
+    assert set(hooks.sent) == {"claim", "reap"}
 
 
 def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
@@ -435,6 +468,10 @@ def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pyjobq.worker")
     db.execute("revoke execute on function pyjobq.job_schedule_tick() from pyjobq_worker")
+    # A tick due since a minute ago: the worker tries to fire it.
+    JobQueue(db).schedule_set(
+        "minutely", "* * * * *", JobType.OUTBOX, start_at=datetime.now(UTC) - timedelta(minutes=2)
+    )
     JobQueue(db).enqueue_many(JobType.SEARCH, [{"n": n} for n in range(5)])
     worker = Worker(login_role("pyjobq_worker"), {JobType.SEARCH: ok}, schedule_interval=0.1)
 

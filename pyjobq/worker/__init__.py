@@ -19,9 +19,11 @@ this package, and :class:`Worker` (``runtime``) wires them together from one
 * the heartbeat (``leases``) renews the lease of every running job well before it ends; a
   lease found lost marks the job so its result is dropped, never completed;
 * the listener (``claiming``) LISTENs on ``pyjobq_job`` on a dedicated connection (optional);
-* the reaper (``leases``) calls ``job_reap`` every ``reap_interval`` seconds, with jitter;
-* the ticker (``schedules``) calls ``job_schedule_tick`` every ``schedule_interval`` seconds,
-  with jitter, unless ``schedules`` is off.
+* the reaper (``leases``) calls ``job_reap`` once a lease has expired, and the ticker
+  (``schedules``, unless ``schedules`` is off) calls ``job_schedule_tick`` once a tick is due,
+  as ``job_next_chores`` in the claims' statement says (``alarms``), each a random part of
+  ``reap_interval`` or ``schedule_interval`` after: an idle worker with nothing to reap or
+  tick sends its claims only.
 
 A handler's failure, lost lease or cancel is recorded by ``outcomes``; a stop is carried out
 by ``shutdown``. Every statement goes through one wrapper that counts round trips. No job and

@@ -128,6 +128,8 @@ class Claimer:
                 await s.backoff(failures, "claim", e)
                 continue
             failures = 0
+            s.next_tick.read(claimed.next_tick_in, started)
+            s.next_expiry.read(claimed.next_expiry_in, started)
             jobs = claimed.jobs
             s.metrics.claims += 1
             s.metrics.claimed += len(jobs)

@@ -61,11 +61,12 @@ class WorkerConfig:
         5.0, "seconds between claims when idle and not woken", low=0.01, flag=("--poll-interval",)
     )
     reap_interval: float = _setting(
-        30.0, "seconds between job_reap calls, jittered", low=0.1, flag=("--reap-interval",)
-    )
+        30.0, "most seconds after a lease expires before job_reap takes it back (a random part)",
+        low=0.1, flag=("--reap-interval",),
+    )  # fmt: skip
     schedule_interval: float = _setting(
-        5.0, "seconds between job_schedule_tick calls, jittered", low=0.1,
-        flag=("--schedule-interval",),
+        5.0, "most seconds after a tick is due before job_schedule_tick fires it (a random part)",
+        low=0.1, flag=("--schedule-interval",),
     )  # fmt: skip
     schedules: bool = _setting(
         True, "tick the schedules (job_schedule_tick) so periodic jobs fire",

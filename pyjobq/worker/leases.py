@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 
 from pyjobq.worker.claiming import Claimer
@@ -90,21 +89,26 @@ class Heartbeat:
 
 
 class Reaper:
-    """Calls ``job_reap`` every ``reap_interval`` seconds, with jitter, and wakes the claimer
-    when it took jobs back."""
+    """Calls ``job_reap`` when a lease has expired, as the claims read it (within a random part
+    of ``reap_interval`` seconds after), and wakes the claimer when it took jobs back. With no
+    job RUNNING, it calls nothing."""
 
     def __init__(self, state: WorkerState) -> None:
         self.state = state
 
     async def run(self) -> None:
         s = self.state
+        reaped_at = time.monotonic()
         while True:
-            await asyncio.sleep(s.config.reap_interval * random.uniform(0.5, 1.5))
+            await s.chore_due(s.next_expiry, reaped_at, s.config.reap_interval)
             try:
                 reaped = await s.call("reap", s.queue.reap())
             except DATABASE_ERRORS as e:
                 log.warning("reap failed: %s", e, extra=s.extra())
                 continue
+            finally:
+                # Done for the time read so far, or failed: the next claim's read says when.
+                reaped_at = time.monotonic()
             if reaped:
                 s.metrics.reaped += len(reaped)
                 log.info(

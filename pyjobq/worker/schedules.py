@@ -1,12 +1,12 @@
-"""Schedules: the ticker calls ``job_schedule_tick`` every ``schedule_interval`` seconds, with
-jitter, so that periodic jobs fire while any worker runs. The tick is exact in SQL whoever
-calls it; many workers ticking only make a due tick fire sooner."""
+"""Schedules: the ticker calls ``job_schedule_tick`` when a schedule's next tick comes, as the
+claims read it (within a random part of ``schedule_interval`` seconds after), so that periodic
+jobs fire while any worker runs, and a worker where no schedule exists never ticks. The tick is
+exact in SQL whoever calls it; many workers ticking only make a due tick fire sooner."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
+import time
 
 from psycopg.errors import InsufficientPrivilege, UndefinedFunction
 
@@ -25,8 +25,9 @@ class Ticker:
 
     async def run(self) -> None:
         s = self.state
+        ticked_at = time.monotonic()
         while True:
-            await asyncio.sleep(s.config.schedule_interval * random.uniform(0.5, 1.5))
+            await s.chore_due(s.next_tick, ticked_at, s.config.schedule_interval)
             try:
                 fired = await s.call("schedule_tick", s.queue.schedule_tick())
             except (InsufficientPrivilege, UndefinedFunction) as e:
@@ -35,6 +36,9 @@ class Ticker:
             except DATABASE_ERRORS as e:
                 log.warning("schedule tick failed: %s", e, extra=s.extra())
                 continue
+            finally:
+                # Done for the time read so far, or failed: the next claim's read says when.
+                ticked_at = time.monotonic()
             if fired:
                 s.metrics.scheduled += len(fired)
                 log.info(

@@ -27,6 +27,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.errors import InvalidArgument, LockTimeout, PyjobqError
 from pyjobq.metrics import WorkerHooks, WorkerMetrics
 from pyjobq.rows import ClaimedJob, Outcome
+from pyjobq.worker.alarms import Alarm
 from pyjobq.worker.config import WorkerConfig
 
 T = TypeVar("T")
@@ -104,6 +105,9 @@ class WorkerState:
         # When (time.time()) the claimer claims next unless woken: infinity while it claims,
         # so that a job announced meanwhile wakes it whenever it is due.
         self.next_claim_at = math.inf
+        # When a schedule next ticks and a lease next expires, as the claims read them.
+        self.next_tick = Alarm()
+        self.next_expiry = Alarm()
         # The claimer may have room to claim.
         self.room = asyncio.Event()
         # The buffer has a job for a runner.
@@ -144,6 +148,12 @@ class WorkerState:
         self.stop_requested.set()
         if not graceful:
             self.hard_stop.set()
+
+    async def chore_due(self, alarm: Alarm, last_done: float, spread: float) -> None:
+        """Wait for ``alarm`` (see Alarm.wait). A read may grow two polls old before the chore
+        goes by a pace of its own, every ``spread`` seconds: an idle claimer reads at every
+        poll, a busy one only when it has room."""
+        await alarm.wait(last_done, spread, max(spread, 2 * self.config.poll_interval))
 
     async def call(self, statement: str, operation: Coroutine[Any, Any, T]) -> T:
         """Await one queue statement, counting it as a round trip; the hooks learn how long

@@ -207,6 +207,20 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         due_in: float | None = await self._scalar(statements.NEXT_DUE_IN, (codes,))
         return due_in
 
+    async def worker_idle(self) -> bool:
+        """``job_worker_idle``: mark this session as a worker asleep on LISTEN ``pyjobq_job``, so
+        that every change making a job PENDING notifies from now on (producers notify only while
+        some worker is marked). True once every producer that looked before the mark has
+        committed: claim once more, then sleep; False: call again shortly. The mark lasts as
+        long as the session: call it on the LISTEN connection, never through a pool."""
+        idle: bool = await self._scalar(statements.WORKER_IDLE, ())
+        return idle
+
+    async def worker_busy(self) -> None:
+        """``job_worker_busy``: end this session's mark (:meth:`worker_idle`): producers stop
+        notifying for it."""
+        await self._scalar(statements.WORKER_BUSY, ())
+
     async def complete(
         self,
         job_id: UUID,

@@ -203,6 +203,20 @@ class JobQueue(Batches, QueueAdmin):
         due_in: float | None = self._scalar(statements.NEXT_DUE_IN, (codes,))
         return due_in
 
+    def worker_idle(self) -> bool:
+        """``job_worker_idle``: mark this session as a worker asleep on LISTEN ``pyjobq_job``, so
+        that every change making a job PENDING notifies from now on (producers notify only while
+        some worker is marked). True once every producer that looked before the mark has
+        committed: claim once more, then sleep; False: call again shortly. The mark lasts as
+        long as the session: call it on the LISTEN connection, never through a pool."""
+        idle: bool = self._scalar(statements.WORKER_IDLE, ())
+        return idle
+
+    def worker_busy(self) -> None:
+        """``job_worker_busy``: end this session's mark (:meth:`worker_idle`): producers stop
+        notifying for it."""
+        self._scalar(statements.WORKER_BUSY, ())
+
     def complete(
         self,
         job_id: UUID,

@@ -53,6 +53,8 @@ NEXT_DUE: LiteralString = "select pyjobq.job_next_due(%s::int[])"
 NEXT_DUE_IN: LiteralString = (
     "select extract(epoch from pyjobq.job_next_due(%s::int[]) - pyjobq.clock_now())::float8"
 )
+WORKER_IDLE: LiteralString = "select pyjobq.job_worker_idle()"
+WORKER_BUSY: LiteralString = "select pyjobq.job_worker_busy()"
 COMPLETE: LiteralString = (
     "select pyjobq.job_complete(%s::uuid, %s::text, %s::int, %s::jsonb, %s::uuid)"
 )

@@ -15,6 +15,7 @@
 --   job_claim                        -> RUNNING (2), attempts + 1 (never wound back), leased to a worker
 --   job_next_due                     -> when the next job still to come becomes due (an idle worker's alarm)
 --   job_next_chores                  -> when a schedule next ticks and a lease next expires (its other alarms)
+--   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
@@ -141,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 43
+  select 44
 $$;
 
 comment on function pyjobq.schema_version() is

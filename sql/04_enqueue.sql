@@ -43,27 +43,6 @@ $$;
 comment on function pyjobq._max_attempts(int, int) is
   'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
 
--- The announcement on channel pyjobq_job that a job of a type is PENDING: its
--- type alone when due now, "type@epoch" when it becomes due later, so an idle
--- worker that plans to claim before that time need not wake, and one that
--- plans to claim after it claims then instead.
-create function pyjobq._announce(p_job_type int, p_run_after timestamptz, p_now timestamptz)
-returns void
-language plpgsql
-volatile
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-begin
-  perform pg_notify('pyjobq_job',
-                    case when p_run_after <= p_now then p_job_type::text
-                         else format('%s@%s', p_job_type, extract(epoch from p_run_after)) end);
-end;
-$$;
-
-comment on function pyjobq._announce(int, timestamptz, timestamptz) is
-  'Notifies channel pyjobq_job on commit that a job of type p_job_type is PENDING: payload the type when '
-  'p_run_after <= p_now, else type@run_after in seconds since 1970.';
-
 -- The job of type p_job_type with p_dedupe_key that ended most recently, if it
 -- ended within p_window of p_now: what a p_unique_for enqueue returns.
 create function pyjobq._ended_within(p_job_type int, p_dedupe_key text, p_window interval, p_now timestamptz)

@@ -253,7 +253,7 @@ begin
                                            'given', cardinality(p_job_ids)));
   return query select u.id from unnest(v_ids) as u(id);
   if cardinality(v_ids) > 0 then
-    perform pg_notify('pyjobq_job', '');
+    perform pyjobq._announce(null, v_now, v_now);
   end if;
 end;
 $$;

@@ -182,11 +182,15 @@ def test_a_release_that_spends_the_claim_counter_is_counted_dead(conn: Conn) -> 
     assert stat(conn) == (0, 0, 1)
 
 
-def test_every_retry_is_announced_once_per_type_whoever_makes_it(conn: Conn) -> None:
+def test_every_retry_is_announced_once_per_type_whoever_makes_it(
+    conn: Conn, make_conn: Callable[[], Conn]
+) -> None:
     """A failure, a release and the reaper put jobs back PENDING: idle workers hear of each."""
     freeze(conn, FROZEN)
     (failed, released, expired), attempts = held(conn, 3)
-    conn.execute("listen pyjobq_job")
+    listener = make_conn()
+    listener.execute("listen pyjobq_job")
+    listener.execute("select pyjobq.job_worker_idle()")  # a worker asleep: changes notify
     conn.execute(
         "select pyjobq.job_fail_many('w1', %s, %s, null, %s)",
         ([failed], [attempts[0]], [10]),
@@ -194,7 +198,7 @@ def test_every_retry_is_announced_once_per_type_whoever_makes_it(conn: Conn) -> 
     conn.execute("select pyjobq.job_release_many('w1', %s, %s)", ([released], [attempts[1]]))
     freeze(conn, FROZEN + timedelta(hours=1))
     assert one(conn, "select count(*) from pyjobq.job_reap()") == 1
-    payloads = [n.payload for n in conn.notifies(timeout=0.5, stop_after=3)]
+    payloads = [n.payload for n in listener.notifies(timeout=0.5, stop_after=3)]
     due = int((FROZEN + timedelta(seconds=10)).timestamp())
     assert payloads[0] == f"1@{due}.000000"
     assert payloads[1] == "1"

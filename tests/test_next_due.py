@@ -105,6 +105,7 @@ def test_jobs_due_later_and_retries_are_announced_with_their_time(conn: Conn) ->
     q = JobQueue(conn)
     with psycopg.connect(conn.info.dsn, autocommit=True) as listener:
         listener.execute("listen pyjobq_job")
+        listener.execute("select pyjobq.job_worker_idle()")  # a worker asleep: producers notify
         q.enqueue(JobType.SEARCH, {})
         q.enqueue(JobType.OUTBOX, {}, run_after=later(1.5))
         q.enqueue_many(JobType.OUTBOX, [{}, {}], run_after=later(7))

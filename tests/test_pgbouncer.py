@@ -36,7 +36,7 @@ from pyjobq.localpg import LocalPostgres
 from tests.faults.harness import EFFECTS, Recorder, make_worker
 from tests.sqlhelp import FROZEN
 from tests.worker_handlers import EFFECTS as HANDLER_EFFECTS
-from tests.workerhelp import Running, spawn_worker, statuses, wait_for
+from tests.workerhelp import Running, asleep, spawn_worker, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -211,15 +211,6 @@ def test_worker_polls_and_drains_through_pgbouncer(bouncer_dsn: str, conn: Conn)
     assert metrics.completed == n
 
 
-def listening(conn: Conn) -> bool:
-    """True once a worker's LISTEN session is open on the server itself."""
-    row = conn.execute(
-        "select count(*) from pg_stat_activity where datname = current_database()"
-        " and query = 'listen pyjobq_job' and state = 'idle'"
-    ).fetchone()
-    return row == (1,)
-
-
 def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
     bouncer_dsn: str, dsn: str, conn: Conn
 ) -> None:
@@ -232,16 +223,7 @@ def test_worker_claims_through_pgbouncer_and_listens_on_the_server(
         "poll_interval": 3600,
     }
     with bounced_worker(bouncer_dsn, **options) as runner:
-        wait_for(
-            lambda: (
-                conn.execute(
-                    "select count(*) from pg_stat_activity where datname = current_database()"
-                    " and query = 'listen pyjobq_job' and state = 'idle'"
-                ).fetchone()
-                == (1,)
-            ),
-            "the worker's LISTEN session on the server",
-        )
+        wait_for(lambda: asleep(conn) == 1, "the worker's LISTEN session on the server, asleep")
         # Enough claims and completions for psycopg to prepare them, were it allowed to.
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 50)
@@ -263,7 +245,7 @@ def test_cli_worker_behind_pgbouncer(
         bouncer_dsn, tmp_path, "w", "--no-prepare", "--listen-dsn", dsn, "--poll-interval", "3600"
     )
     try:
-        wait_for(lambda: listening(conn), "the worker's LISTEN session on the server")
+        wait_for(lambda: asleep(conn) == 1, "the worker's LISTEN session on the server, asleep")
         for batch in range(1, 4):
             JobQueue(conn).enqueue_many(1, [{}] * 100)
 

@@ -80,6 +80,8 @@ ALLOWED = {
         "job_reap",
         "job_schedule_tick",
         "job_next_chores",
+        "job_worker_idle",
+        "job_worker_busy",
         "job_types",
         "job_type_code",
         "job_type_policies",

@@ -16,8 +16,8 @@ import pytest
 from pyjobq import ClaimedJob, JobQueue, JobType
 from pyjobq.metrics import WorkerHooks
 from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
-from tests.sqlhelp import FROZEN, freeze, frozen_dsn
-from tests.workerhelp import prepare, running, statuses, wait_for
+from tests.sqlhelp import FROZEN, freeze, frozen_dsn, one
+from tests.workerhelp import asleep, prepare, running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -238,17 +238,10 @@ def test_heartbeat_renews_leases_of_running_jobs(dsn: str, db: Conn) -> None:
     assert metrics.completed == 1
 
 
-def _listening(db: Conn) -> bool:
-    row = db.execute(
-        "select count(*) from pg_stat_activity where query = 'listen pyjobq_job'"
-    ).fetchone()
-    return row is not None and row[0] > 0
-
-
 def test_notify_wakes_an_idle_worker_without_polling(dsn: str, db: Conn) -> None:
     worker = Worker(dsn, {JobType.SEARCH: ok}, poll_interval=3600)
     with running(worker) as r:
-        wait_for(lambda: _listening(db) and worker.metrics.claims >= 2, "an idle, listening worker")
+        wait_for(lambda: asleep(db) and worker.metrics.claims >= 2, "an idle, listening worker")
         claims = worker.metrics.claims
         started = time.monotonic()
         JobQueue(db).enqueue(JobType.SEARCH, {"n": 1})
@@ -263,7 +256,9 @@ def test_polling_picks_up_jobs_with_listen_off(dsn: str, db: Conn) -> None:
     with running(worker) as r:
         JobQueue(db).enqueue(JobType.SEARCH, {"n": 1})
         wait_for(lambda: statuses(db) == {3: 1}, "the job DONE by polling")
-        assert not _listening(db)
+        assert not asleep(db)
+        others = "select count(*) from pg_stat_activity where pid <> pg_backend_pid()"
+        assert one(db, others + " and query ~ 'listen|job_worker'") == 0
         r.stop()
 
 

@@ -49,6 +49,18 @@ def statuses(conn: Conn) -> dict[int, int]:
     )
 
 
+def asleep(conn: Conn) -> int:
+    """How many sessions of this database hold the idle mark (``job_worker_idle``): workers
+    LISTENing and asleep, for whom every enqueue notifies."""
+    row = conn.execute(
+        "select count(*) from pg_locks l join pg_database d on d.oid = l.database"
+        " where d.datname = current_database() and l.locktype = 'advisory'"
+        " and (l.classid, l.objid, l.objsubid) = (1887005297, 4294967295, 2) and l.granted"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 class Running:
     """A Worker serving in its own thread and event loop."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from pyjobq.aio import AsyncJobQueue
 from pyjobq.worker.state import (
     DATABASE_ERRORS,
     MAX_BATCH,
@@ -20,6 +21,14 @@ from pyjobq.worker.state import (
 )
 
 CHANNEL = "pyjobq_job"
+# The longest the listener goes without looking at the worker's state (a stop).
+LISTEN_TICK = 1.0
+# How soon a listener asks job_worker_idle again when the mark's fence is still held by a
+# producer that looked before the mark: doubling, up to a second (or the poll interval). The
+# job of a transaction open when the worker fell asleep starts at most that long after its
+# commit, unless a later NOTIFY wakes the worker first.
+FENCE_RETRY_FIRST = 0.01
+FENCE_RETRY_MAX = 1.0
 
 # job_claim takes at most this many jobs per call.
 MAX_CLAIM = 1000
@@ -142,6 +151,7 @@ class Claimer:
             s.buffer.extend(held)
             if held:
                 s.job_ready.set()
+            s.set_idle(len(jobs) < want)
             if len(jobs) < want:
                 # Nothing more is due: sleep until the next job becomes due, a NOTIFY of one
                 # due sooner, the reaper, or the poll.
@@ -188,7 +198,13 @@ class Claimer:
 
 class Listener:
     """LISTENs on ``pyjobq_job`` on a connection of its own and wakes the claimer when a job of
-    a handled type (or of no type named) is announced."""
+    a handled type (or of no type named) is announced.
+
+    Producers notify only while some worker is marked asleep, so while the claimer sleeps for
+    want of due jobs (:attr:`WorkerState.idle`) this session holds the mark
+    (``job_worker_idle``). Once its fence has closed, every producer that looked before the
+    mark has committed: the claimer is woken for the one claim that finds their jobs. A claim
+    that fills ends the mark (``job_worker_busy``)."""
 
     def __init__(
         self, state: WorkerState, handled: set[int], conninfo: str, kwargs: dict[str, Any]
@@ -210,13 +226,59 @@ class Listener:
                     failures = 0
                     # Anything enqueued while we were not listening was not announced.
                     s.notified.set()
-                    while not s.stopping:
-                        async for notify in conn.notifies(timeout=1.0):
-                            if self.wanted(notify.payload):
-                                s.notified.set()
+                    await self.serve(AsyncJobQueue(conn), conn)
             except DATABASE_ERRORS as e:
                 failures += 1
                 await s.backoff(failures, "listen", e)
+
+    async def serve(self, queue: AsyncJobQueue, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Keep the session's mark in step with the claimer, and pass on what is announced."""
+        s = self.state
+        marked = False
+        retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
+        while not s.stopping:
+            s.idle_changed.clear()
+            wait = LISTEN_TICK
+            if s.idle and not marked:
+                now = time.monotonic()
+                if now >= retry_at:
+                    marked = await queue.worker_idle()
+                    if marked:
+                        retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
+                        s.notified.set()  # the one claim after the fence
+                    else:  # a producer that looked before the mark is still open
+                        retry_at = now + retry_in
+                        retry_in = min(2 * retry_in, FENCE_RETRY_MAX, s.config.poll_interval)
+                if not marked:
+                    wait = min(wait, max(0.0, retry_at - now))
+            elif marked and not s.idle:
+                await queue.worker_busy()
+                marked = False
+            await self.hear(conn, wait)
+
+    async def hear(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+        """Pass on the notifications that arrive within ``seconds``, or until the claimer goes
+        idle or busy; a broken connection raises."""
+        s = self.state
+
+        async def listen() -> None:
+            async for notify in conn.notifies():
+                if self.wanted(notify.payload):
+                    s.notified.set()
+
+        listening = asyncio.ensure_future(listen())
+        changed = asyncio.ensure_future(s.idle_changed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {listening, changed}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            # Also when this task is cancelled: a listen() left running holds the connection.
+            for task in (listening, changed):
+                task.cancel()
+            await asyncio.gather(listening, changed, return_exceptions=True)
+        if listening in done:
+            listening.result()  # listen() ends only by an error of the connection
 
     def wanted(self, payload: str) -> bool:
         """True for a job of a handled type (or of no type named) that is due before the claimer

@@ -108,6 +108,10 @@ class WorkerState:
         # When a schedule next ticks and a lease next expires, as the claims read them.
         self.next_tick = Alarm()
         self.next_expiry = Alarm()
+        # The claimer's last claim came back short: it sleeps until a NOTIFY or its poll, and
+        # the listener marks its session asleep (job_worker_idle) so that producers notify.
+        self.idle = False
+        self.idle_changed = asyncio.Event()
         # The claimer may have room to claim.
         self.room = asyncio.Event()
         # The buffer has a job for a runner.
@@ -127,6 +131,12 @@ class WorkerState:
         # The loop the worker runs on, once it runs: stop() from another thread goes through it.
         self.loop: asyncio.AbstractEventLoop | None = None
         self._queue: AsyncJobQueue | None = None
+
+    def set_idle(self, idle: bool) -> None:
+        """Say whether the claimer sleeps for want of due jobs (see :attr:`idle`)."""
+        if idle != self.idle:
+            self.idle = idle
+            self.idle_changed.set()
 
     @property
     def queue(self) -> AsyncJobQueue:

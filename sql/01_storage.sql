@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 44
+  select 45
 $$;
 
 comment on function pyjobq.schema_version() is

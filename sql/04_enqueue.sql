@@ -111,6 +111,7 @@ as $$
 declare
   v_seq bigint;
   v_new_id uuid;
+  v_row pyjobq.job;
   v_id uuid;
   v_ended uuid;
   v_status smallint := 1;
@@ -153,29 +154,19 @@ begin
   loop
     select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
     -- The row in the tables' column order; born CANCELLED, it is history at once.
-    with new_job as (
-      select v_new_id as job_id, p_job_type::smallint as job_type, v_status as status,
-             p_priority::smallint as priority, p_payload as payload, null::jsonb as result,
-             p_dedupe_key::varchar(200) as dedupe_key, 0::smallint as attempts,
-             p_max_attempts::smallint as max_attempts, p_run_after as run_after, null::timestamptz as lease_until,
-             null::varchar(80) as worker_id, null::timestamptz as run_started_at,
-             case when v_status = 5 then v_failure end as last_error, p_now as created_at, p_now as updated_at,
-             v_seq as seq, 0::smallint as attempts_refunded, false as notify_done, null::uuid as lease_token,
-             p_concurrency_key::varchar(200) as concurrency_key,
-             (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1] as fair_rank,
-             p_metadata as metadata, v_waiting as waiting_on,
-             case when p_parents is not null then p_run_on_parent_failure end as run_on_parent_failure,
-             false as has_dependants, p_batch_id as batch_id
-    ), born_ended as (
-      insert into pyjobq.job_history
-      select n.* from new_job n where n.status = 5
-    )
-    insert into pyjobq.job as j
-    select n.* from new_job n where n.status <> 5
-    on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
-    returning j.job_id into v_id;
+    v_row := row(v_new_id, p_job_type, v_status, p_priority, p_payload, null, p_dedupe_key, 0, p_max_attempts,
+                 p_run_after, null, null, null, case when v_status = 5 then v_failure end, p_now, p_now, v_seq, 0,
+                 false, null, p_concurrency_key,
+                 (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+                 p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end, false,
+                 p_batch_id);
     if v_status = 5 then
+      insert into pyjobq.job_history select (v_row).*;
       v_id := v_new_id;
+    else
+      insert into pyjobq.job as j select (v_row).*
+      on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
+      returning j.job_id into v_id;
     end if;
     if v_id is not null and p_unique_for is not null and v_status <> 5 then
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
@@ -244,17 +235,17 @@ declare
   v_max_attempts int;
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
 begin
-  perform pyjobq._check_job_type(p_job_type);
-  perform pyjobq._check_privilege('enqueue', array[p_job_type]);
+  perform pyjobq._check_job_type(p_job_type), pyjobq._check_privilege('enqueue', array[p_job_type]);
   v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
-  perform pyjobq._check_payload('p_payload', v_payload);
-  perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
-  perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
-  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
-  perform pyjobq._check_time('p_run_after', v_run_after, v_now);
-  perform pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null);
-  perform pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true);
-  perform pyjobq._check_payload('p_metadata', p_metadata);
+  -- The checks in one statement, in this order: each statement is an executor run.
+  perform pyjobq._check_payload('p_payload', v_payload),
+          pyjobq._check_range('p_priority', v_priority, 0, 32767),
+          pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000),
+          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
+          pyjobq._check_time('p_run_after', v_run_after, v_now),
+          pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null),
+          pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true),
+          pyjobq._check_payload('p_metadata', p_metadata);
   if p_batch_id is not null then
     perform pyjobq._batch_join(p_batch_id);
   end if;
@@ -281,8 +272,8 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   '(default ''cancel''); job_claim returns the parents'' results with it. A duplicate returned for its key keeps '
   'its own parents and batch. With p_batch_id the job joins that open batch (job_batch_open; JQ002 when there '
   'is none, JQ006 when it is closed). '
-  'Notifies channel pyjobq_job on commit with the job type, and @run_after (seconds since 1970) when the job '
-  'becomes due later.';
+  'While a worker is asleep (job_worker_idle), notifies channel pyjobq_job on commit with the job type, and '
+  '@run_after (seconds since 1970) when the job becomes due later.';
 
 -- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
 -- null, or one element per payload, each null or 1..200 non-blank characters.

@@ -234,27 +234,30 @@ class Listener:
     async def serve(self, queue: AsyncJobQueue, conn: psycopg.AsyncConnection[Any]) -> None:
         """Keep the session's mark in step with the claimer, and pass on what is announced."""
         s = self.state
-        marked = False
+        s.marked = False  # a new session holds no mark
         retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
-        while not s.stopping:
-            s.idle_changed.clear()
-            wait = LISTEN_TICK
-            if s.idle and not marked:
-                now = time.monotonic()
-                if now >= retry_at:
-                    marked = await queue.worker_idle()
-                    if marked:
-                        retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
-                        s.notified.set()  # the one claim after the fence
-                    else:  # a producer that looked before the mark is still open
-                        retry_at = now + retry_in
-                        retry_in = min(2 * retry_in, FENCE_RETRY_MAX, s.config.poll_interval)
-                if not marked:
-                    wait = min(wait, max(0.0, retry_at - now))
-            elif marked and not s.idle:
-                await queue.worker_busy()
-                marked = False
-            await self.hear(conn, wait)
+        try:
+            while not s.stopping:
+                s.idle_changed.clear()
+                wait = LISTEN_TICK
+                if s.idle and not s.marked:
+                    now = time.monotonic()
+                    if now >= retry_at:
+                        if await queue.worker_idle():
+                            retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
+                            s.notified.set()  # the one claim after the fence, then:
+                            s.marked = True
+                        else:  # a producer that looked before the mark is still open
+                            retry_at = now + retry_in
+                            retry_in = min(2 * retry_in, FENCE_RETRY_MAX, s.config.poll_interval)
+                    if not s.marked:
+                        wait = min(wait, max(0.0, retry_at - now))
+                elif s.marked and not s.idle:
+                    await queue.worker_busy()
+                    s.marked = False
+                await self.hear(conn, wait)
+        finally:
+            s.marked = False  # the mark ends with the session
 
     async def hear(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
         """Pass on the notifications that arrive within ``seconds``, or until the claimer goes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import socket
@@ -116,6 +117,14 @@ class Worker:
         """0 after a drain that accounted for every job, 1 when jobs were abandoned or the
         worker stopped on an internal error."""
         return EXIT_DRAINED if not self.abandoned and self.crashed is None else EXIT_UNFINISHED
+
+    @property
+    def asleep(self) -> bool:
+        """True while the worker waits for work with nothing pending: its last claim came back
+        short, its LISTEN session is marked asleep (``job_worker_idle``) and fenced, and no
+        wake-up has come since. Only a NOTIFY, a job falling due or the poll ends it."""
+        s = self._state
+        return s.marked and not s.notified.is_set() and s.next_claim_at != math.inf
 
     @property
     def queue(self) -> AsyncJobQueue:

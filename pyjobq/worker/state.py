@@ -112,6 +112,8 @@ class WorkerState:
         # the listener marks its session asleep (job_worker_idle) so that producers notify.
         self.idle = False
         self.idle_changed = asyncio.Event()
+        # The listener's session holds the mark, and the fence after it closed.
+        self.marked = False
         # The claimer may have room to claim.
         self.room = asyncio.Event()
         # The buffer has a job for a runner.

@@ -210,9 +210,12 @@ def test_lost_lease_drops_the_result(dsn: str, db: Conn) -> None:
     worker = Worker(dsn, {JobType.SEARCH: slow}, lease_seconds=3600)
     with running(worker) as r:
         assert started.wait(30)
-        # The lease runs out and another worker's reaper takes the job back.
-        db.execute("update pyjobq.job set lease_until = now() - interval '1 second'")
-        assert len(JobQueue(db).reap()) == 1
+        # The lease runs out and another worker's reaper takes the job back, in one
+        # transaction: the worker's own reaper, which runs when a lease expires, never
+        # sees the expired lease and cannot take the job back first.
+        with db.transaction():
+            db.execute("update pyjobq.job set lease_until = now() - interval '1 second'")
+            assert len(JobQueue(db).reap()) == 1
         finish.set()
         wait_for(lambda: worker.metrics.lease_lost == 1, "the loss to be noticed")
         metrics = r.stop()

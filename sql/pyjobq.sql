@@ -162,7 +162,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 45
+  select 46
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -1486,23 +1486,36 @@ $$;
 comment on function pyjobq._new_job_ids(timestamptz, int) is
   'p_count new (seq, job_id) pairs in increasing seq order: seq from pyjobq.job_seq, job_id time-ordered by p_now.';
 
--- The max_attempts of a new job: the enqueue's own, else its type's policy, else 3.
-create function pyjobq._max_attempts(p_job_type int, p_max_attempts int)
+-- The max_attempts of a new job: the enqueue's own, else its type's policy,
+-- else 3. With p_privilege, the caller's right to it first: one read of the
+-- type serves both. The checks, which name what is wrong, run only when that
+-- read cannot vouch for the caller: no such type, or a type that grants
+-- p_privilege to named roles only.
+create function pyjobq._max_attempts(p_job_type int, p_max_attempts int, p_privilege text default null)
 returns int
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
+declare
+  v_max_attempts int;
+  v_granted boolean;
 begin
-  if p_max_attempts is not null then
-    return p_max_attempts;
+  select t.max_attempts,
+         exists (select 1 from pyjobq.job_type_grant g where g.job_type = t.job_type and g.privilege = p_privilege)
+    into v_max_attempts, v_granted
+    from pyjobq.job_type t
+   where t.job_type = p_job_type;
+  if p_privilege is not null and (not found or v_granted) then
+    perform pyjobq._check_job_type(p_job_type), pyjobq._check_privilege(p_privilege, array[p_job_type]);
   end if;
-  return coalesce((select t.max_attempts from pyjobq.job_type t where t.job_type = p_job_type), 3);
+  return coalesce(p_max_attempts, v_max_attempts, 3);
 end;
 $$;
 
-comment on function pyjobq._max_attempts(int, int) is
-  'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3.';
+comment on function pyjobq._max_attempts(int, int, text) is
+  'p_max_attempts, else the max_attempts of job type p_job_type''s policy, else 3. With p_privilege, first '
+  'raises unless p_job_type is a registered type (22023) and the session holds p_privilege on it (42501).';
 
 -- The job of type p_job_type with p_dedupe_key that ended most recently, if it
 -- ended within p_window of p_now: what a p_unique_for enqueue returns.
@@ -1693,20 +1706,22 @@ declare
   v_payload jsonb := coalesce(p_payload, '{}');
   v_priority int := coalesce(p_priority, 100);
   v_run_after timestamptz := coalesce(p_run_after, v_now);
-  v_max_attempts int;
-  v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
+  v_run_on_parent_failure boolean := case when p_on_parent_failure is not null
+                                          then pyjobq._check_on_parent_failure(p_on_parent_failure) else false end;
+  v_max_attempts int := pyjobq._max_attempts(p_job_type, p_max_attempts, 'enqueue');
 begin
-  perform pyjobq._check_job_type(p_job_type), pyjobq._check_privilege('enqueue', array[p_job_type]);
-  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
-  -- The checks in one statement, in this order: each statement is an executor run.
-  perform pyjobq._check_payload('p_payload', v_payload),
-          pyjobq._check_range('p_priority', v_priority, 0, 32767),
-          pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000),
-          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
-          pyjobq._check_time('p_run_after', v_run_after, v_now),
-          pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null),
-          pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true),
-          pyjobq._check_payload('p_metadata', p_metadata);
+  -- The arguments given, checked in this order, in one statement (each
+  -- statement is an executor run, each call a function's setup): one left out
+  -- takes its default, which needs no check.
+  perform case when p_payload is not null then pyjobq._check_payload('p_payload', p_payload) end,
+          case when p_priority is not null then pyjobq._check_range('p_priority', p_priority, 0, 32767) end,
+          case when p_max_attempts is not null then pyjobq._check_range('p_max_attempts', p_max_attempts, 1, 1000) end,
+          case when p_dedupe_key is not null then pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true) end,
+          case when p_run_after is not null then pyjobq._check_time('p_run_after', p_run_after, v_now) end,
+          case when p_unique_for is not null then pyjobq._check_unique_for(p_unique_for, p_dedupe_key is not null) end,
+          case when p_concurrency_key is not null
+               then pyjobq._check_text('p_concurrency_key', p_concurrency_key, 200, true) end,
+          case when p_metadata is not null then pyjobq._check_payload('p_metadata', p_metadata) end;
   if p_batch_id is not null then
     perform pyjobq._batch_join(p_batch_id);
   end if;
@@ -1715,8 +1730,8 @@ begin
     select e.job_id, e.created
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
                                p_unique_for, p_concurrency_key, p_metadata,
-                               pyjobq._check_array('p_depends_on', p_depends_on), v_run_on_parent_failure,
-                               p_batch_id) e;
+                               case when p_depends_on is not null then pyjobq._check_array('p_depends_on', p_depends_on) end,
+                               v_run_on_parent_failure, p_batch_id) e;
 end;
 $$;
 
@@ -1921,9 +1936,7 @@ declare
 begin
   p_payloads := pyjobq._check_array('p_payloads', p_payloads);
   p_dedupe_keys := pyjobq._check_array('p_dedupe_keys', p_dedupe_keys);
-  perform pyjobq._check_job_type(p_job_type);
-  perform pyjobq._check_privilege('enqueue', array[p_job_type]);
-  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts);
+  v_max_attempts := pyjobq._max_attempts(p_job_type, p_max_attempts, 'enqueue');
   perform pyjobq._check_range('cardinality(p_payloads)', v_count, 1, 100000);
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);

@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 46
+  select 47
 $$;
 
 comment on function pyjobq.schema_version() is

@@ -340,13 +340,12 @@ declare
   v_to uuid;
   v_denied smallint[] := pyjobq._denied_types('observe');
 begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
-  perform pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6);  -- null: every status
-  if p_job_type is not null then
-    perform pyjobq._check_job_type(p_job_type);
-  end if;
-  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
-  perform pyjobq._check_text('p_error', p_error, 200, true);
+  -- The checks in one statement, in this order; a null p_status or p_job_type is every one.
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000),
+          pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6),
+          case when p_job_type is not null then pyjobq._check_job_type(p_job_type) end,
+          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
+          pyjobq._check_text('p_error', p_error, 200, true);
   select r.from_id, r.to_id
     into v_from, v_to
     from pyjobq._list_range(p_created_after, p_created_before, v_oldest, p_after) r;

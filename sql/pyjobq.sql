@@ -162,7 +162,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 46
+  select 47
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -4342,13 +4342,12 @@ declare
   v_to uuid;
   v_denied smallint[] := pyjobq._denied_types('observe');
 begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
-  perform pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6);  -- null: every status
-  if p_job_type is not null then
-    perform pyjobq._check_job_type(p_job_type);
-  end if;
-  perform pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true);
-  perform pyjobq._check_text('p_error', p_error, 200, true);
+  -- The checks in one statement, in this order; a null p_status or p_job_type is every one.
+  perform pyjobq._check_range('p_limit', v_limit, 1, 1000),
+          pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6),
+          case when p_job_type is not null then pyjobq._check_job_type(p_job_type) end,
+          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
+          pyjobq._check_text('p_error', p_error, 200, true);
   select r.from_id, r.to_id
     into v_from, v_to
     from pyjobq._list_range(p_created_after, p_created_before, v_oldest, p_after) r;
@@ -5820,6 +5819,54 @@ comment on function pyjobq._row_parents(jsonb, int) is
   'The parents of row p_row of job_enqueue_many from p_spec (null, JSON null, or a JSON array of job ids and of '
   'positions 1..p_row - 1 of earlier rows), in order: each a position (pos) or a job id; 22023 for anything else.';
 
+-- The edges of job_enqueue_many's rows with parents p_depends_on, whose new
+-- jobs get the ids p_ids: each checked, its parent resolved to a job id (a
+-- parent named twice by one row counts once), by child row then place in its
+-- list. pos is the parent's row in this call, or null for a job that exists;
+-- status that job's status as _read_parents read it (null for a row of this
+-- call); external the existing parents, each once.
+create function pyjobq._graph_edges(
+  p_depends_on jsonb[],
+  p_ids uuid[],
+  out child int[],
+  out k int[],
+  out pos int[],
+  out parent uuid[],
+  out status smallint[],
+  out external uuid[]
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_read_ids uuid[];
+  v_read_statuses smallint[];
+begin
+  select array_agg(e.child order by e.child, e.k), array_agg(e.k order by e.child, e.k),
+         array_agg(e.pos order by e.child, e.k), array_agg(e.parent order by e.child, e.k)
+    into child, k, pos, parent
+    from (select distinct on (u.i, coalesce(p_ids[r.pos], r.id))
+                 u.i::int as child, r.k, r.pos, coalesce(p_ids[r.pos], r.id) as parent
+            from unnest(p_depends_on) with ordinality u(spec, i)
+           cross join lateral pyjobq._row_parents(u.spec, u.i::int) r
+           order by u.i, coalesce(p_ids[r.pos], r.id), r.k) e;
+  external := array(select distinct x.id from unnest(parent, pos) x(id, pos) where x.pos is null);
+  if cardinality(external) > 0 then
+    select l.ids, l.statuses into v_read_ids, v_read_statuses from pyjobq._read_parents(external) l;
+  end if;
+  select array_agg(r.status order by x.n)
+    into status
+    from unnest(parent) with ordinality x(id, n)
+    left join unnest(v_read_ids, v_read_statuses) r(id, status) on r.id = x.id;
+end;
+$$;
+
+comment on function pyjobq._graph_edges(jsonb[], uuid[]) is
+  'The edges of rows with parents p_depends_on whose new jobs get the ids p_ids, checked, by child row and '
+  'place: the parent''s row in the call (pos) or existing job, its status as _read_parents read it, and the '
+  'existing parents (external), each once.';
+
 -- job_enqueue_many with parents and without keys, set-based: every row's
 -- parents parsed and checked, the parents named by id locked, and each row's
 -- state worked out in input order (a row naming an earlier row that is born
@@ -5854,8 +5901,6 @@ declare
   v_parent uuid[];
   v_status smallint[];
   v_external uuid[];
-  v_read_ids uuid[];
-  v_read_statuses smallint[];
   v_has_parents boolean[] := array_fill(false, array[v_count]);
   v_cancel boolean[] := array_fill(false, array[v_count]);
   v_named boolean[] := array_fill(false, array[v_count]);
@@ -5869,24 +5914,9 @@ begin
   select array_agg(n.seq order by n.seq), array_agg(n.job_id order by n.seq)
     into v_seqs, v_ids
     from pyjobq._new_job_ids(p_now, v_count) n;
-  -- Every edge, checked, its parent resolved to a job id; a parent named twice by
-  -- one row counts once.
-  select array_agg(e.child order by e.child, e.k), array_agg(e.k order by e.child, e.k),
-         array_agg(e.pos order by e.child, e.k), array_agg(e.parent order by e.child, e.k)
-    into v_child, v_k, v_pos, v_parent
-    from (select distinct on (u.i, coalesce(v_ids[r.pos], r.id))
-                 u.i::int as child, r.k, r.pos, coalesce(v_ids[r.pos], r.id) as parent
-            from unnest(p_depends_on) with ordinality u(spec, i)
-           cross join lateral pyjobq._row_parents(u.spec, u.i::int) r
-           order by u.i, coalesce(v_ids[r.pos], r.id), r.k) e;
-  v_external := array(select distinct x.id from unnest(v_parent, v_pos) x(id, pos) where x.pos is null);
-  if cardinality(v_external) > 0 then
-    select l.ids, l.statuses into v_read_ids, v_read_statuses from pyjobq._read_parents(v_external) l;
-  end if;
-  select array_agg(r.status order by x.n)
-    into v_status
-    from unnest(v_parent) with ordinality x(id, n)
-    left join unnest(v_read_ids, v_read_statuses) r(id, status) on r.id = x.id;
+  select g.child, g.k, g.pos, g.parent, g.status, g.external
+    into v_child, v_k, v_pos, v_parent, v_status, v_external
+    from pyjobq._graph_edges(p_depends_on, v_ids) g;
   v_active := array_fill(false, array[coalesce(cardinality(v_child), 0)]);
   for v_e in 1 .. coalesce(cardinality(v_child), 0) loop
     v_c := v_child[v_e];

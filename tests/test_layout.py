@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -53,3 +54,25 @@ def test_no_file_outgrows_its_room(room: str) -> None:
         and (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not big, f"over {MAX_LINES} lines: split by concern"
+
+
+MAX_FUNCTION_LINES = 120
+FUNCTION = re.compile(r"^create function (pyjobq\.\w+)\(.*?(?=^comment on function )", re.M | re.S)
+
+
+def long_functions(schema: str) -> dict[str, int]:
+    """The functions of ``schema`` longer than MAX_FUNCTION_LINES, each from its ``create
+    function`` to the end of its body (its comment follows), with their length."""
+    lengths = {m.group(1): len(m.group(0).rstrip().splitlines()) for m in FUNCTION.finditer(schema)}
+    return {name: lines for name, lines in lengths.items() if lines > MAX_FUNCTION_LINES}
+
+
+def test_no_sql_function_outgrows_one_concern() -> None:
+    schema = (ROOT / "sql" / "pyjobq.sql").read_text()
+    assert len(FUNCTION.findall(schema)) == schema.count("\ncreate function pyjobq.")
+    assert long_functions(schema) == {}, "split by concern"
+    body = "--\n" * MAX_FUNCTION_LINES
+    grown = (
+        f"create function pyjobq.grown()\nas $$\n{body}$$;\n\ncomment on function pyjobq.grown()"
+    )
+    assert long_functions(grown) == {"pyjobq.grown": MAX_FUNCTION_LINES + 3}

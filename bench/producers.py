@@ -8,6 +8,8 @@ statement each in autocommit:
     insert+notify    the same INSERT and a pg_notify in one statement, as a queue that notifies
                      on every enqueue does: a NOTIFY makes the commits of notifying
                      transactions run one at a time
+    job row          an INSERT of a PENDING row into pyjobq.job as its owner: what the table
+                     itself allows, its indexes and checks, without the SQL API
     pyjobq           job_enqueue while no worker is asleep (a busy fleet, or none): it does not
                      notify, and holds the wake-up fence until its commit
     pyjobq asleep    job_enqueue while one session LISTENs, marked asleep (job_worker_idle):
@@ -49,6 +51,10 @@ STATEMENTS = {
         "with i as (insert into plain (payload) values ('{}') returning id)"
         " select pg_notify('bench', '1') from i"
     ),
+    "job row": (
+        "insert into pyjobq.job (job_id, job_type, payload, run_after, created_at, updated_at)"
+        " values (gen_random_uuid(), 1, '{}', now(), now(), now())"
+    ),
     "pyjobq": "select pyjobq.job_enqueue(1, '{}')",
     "pyjobq asleep": "select pyjobq.job_enqueue(1, '{}')",
     "graphile-worker": "select graphile_worker.add_job('noop', '{}')",
@@ -56,6 +62,7 @@ STATEMENTS = {
 DATABASES = {
     "insert": "plain",
     "insert+notify": "plain",
+    "job row": "pyjobq",
     "pyjobq": "pyjobq",
     "pyjobq asleep": "pyjobq",
     "graphile-worker": "graphile",

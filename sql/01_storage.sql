@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 47
+  select 48
 $$;
 
 comment on function pyjobq.schema_version() is

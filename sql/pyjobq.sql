@@ -162,7 +162,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 47
+  select 48
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -1461,6 +1461,25 @@ comment on function pyjobq.job_worker_busy() is
 
 -- Enqueue ---------------------------------------------------------------------
 
+-- Job ids are time-ordered, in UUIDv7's layout (version 8 here): 48 bits of
+-- milliseconds and 12 random bits, this prefix, then the job's (unique) seq
+-- under the variant bits, so new keys land at the right edge of job_pkey.
+create function pyjobq._job_id_prefix(p_now timestamptz)
+returns text
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
+         || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0');
+end;
+$$;
+
+comment on function pyjobq._job_id_prefix(timestamptz) is
+  'The first 16 hex digits of the ids of jobs created at p_now: its milliseconds, the version, 12 random bits. '
+  'A job''s id is this prefix followed by to_hex(seq | (1 << 63)).';
+
 create function pyjobq._new_job_ids(p_now timestamptz, p_count int)
 returns table (seq bigint, job_id uuid)
 language plpgsql
@@ -1469,16 +1488,12 @@ set search_path = pg_catalog, pyjobq, pg_temp
 set plan_cache_mode = force_generic_plan
 as $$
 begin
-  -- Time-ordered ids in UUIDv7's layout (version 8 here): 48 bits of
-  -- milliseconds, 12 random bits per call, then the job's (unique) seq under
-  -- the variant bits: new keys land at the right edge of job_pkey. PL/pgSQL,
-  -- its plan generic: kept for the session, where a SQL body, or custom
-  -- plans for each p_count, are made at every call.
+  -- One prefix for the call. PL/pgSQL, its plan generic: kept for the
+  -- session, where a SQL body, or custom plans for each p_count, are made at
+  -- every call.
   return query
-  select s.seq,
-         (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
-    from (select lpad(to_hex((extract(epoch from p_now) * 1000)::bigint & 281474976710655), 12, '0')
-                 || '8' || lpad(to_hex(floor(random() * 4096)::int), 3, '0') as prefix) p,
+  select s.seq, (p.prefix || to_hex(s.seq | (-9223372036854775808)::bigint))::uuid
+    from (select pyjobq._job_id_prefix(p_now) as prefix) p,
          lateral (select nextval('pyjobq.job_seq') as seq from generate_series(1, p_count)) s;
 end;
 $$;
@@ -1626,12 +1641,18 @@ begin
     end if;
   end if;
   loop
-    select n.seq, n.job_id into v_seq, v_new_id from pyjobq._new_job_ids(p_now, 1) n;
-    -- The row in the tables' column order; born CANCELLED, it is history at once.
+    -- One id: _new_job_ids's, without the set-returning call that a batch needs.
+    v_seq := nextval('pyjobq.job_seq');
+    v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
+    -- The row in the tables' column order; born CANCELLED, it is history at
+    -- once. A fair rank only for a type with fair share: asked in the row's
+    -- own statement, it costs the others no call.
     v_row := row(v_new_id, p_job_type, v_status, p_priority, p_payload, null, p_dedupe_key, 0, p_max_attempts,
                  p_run_after, null, null, null, case when v_status = 5 then v_failure end, p_now, p_now, v_seq, 0,
                  false, null, p_concurrency_key,
-                 (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1],
+                 (select (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1]
+                    from pyjobq.job_type t
+                   where t.job_type = p_job_type and t.fair_share),
                  p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end, false,
                  p_batch_id);
     if v_status = 5 then

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -15,6 +16,7 @@ from tests.sqlhelp import (
     claim,
     enqueue,
     freeze,
+    one,
     one_row,
     raises_sqlstate,
     run_threads,
@@ -196,3 +198,71 @@ def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
     job_id, created = one_row(conn, "select * from pyjobq.job_enqueue(1)")
     assert created is True
     assert job_id.version == 8
+
+
+def test_every_way_into_the_job_table_writes_the_same_row(conn: Conn) -> None:
+    """A new job's row is written by four statements, one for each shape of input (one job;
+    a batch without keys; with keys; with parents): the same arguments make the same row
+    through each, every column but the job's own id, seq and key."""
+    freeze(conn, FROZEN)
+    batch = one(conn, "select pyjobq.job_batch_open()")
+    parent = str(enqueue(conn))
+    common: LiteralString = (
+        " p_priority => 7, p_run_after => %(at)s, p_max_attempts => 4,"
+        " p_metadata => '{\"m\": 1}', p_batch_id => %(batch)s)"
+    )
+
+    def single(args: LiteralString) -> LiteralString:
+        return (
+            "select job_id from pyjobq.job_enqueue(1, '{\"a\": 1}', p_concurrency_key => 'c',"
+            + args
+            + common
+        )
+
+    def many(args: LiteralString) -> LiteralString:
+        return (
+            "select job_id from pyjobq.job_enqueue_many(1, array['{\"a\": 1}'::jsonb],"
+            " p_concurrency_keys => array['c']," + args + common
+        )
+
+    window: LiteralString = " p_unique_for => '1 day',"
+    parents: LiteralString = " p_depends_on => array[jsonb_build_array(%(parent)s::uuid)],"
+    pending = {
+        "one": single(" p_dedupe_key => 'k1',"),
+        "one in a window": single(" p_dedupe_key => 'k2'," + window),
+        "many": many(""),
+        "many with keys": many(" p_dedupe_keys => array['k3'],"),
+        "many in a window": many(" p_dedupe_keys => array['k4']," + window),
+    }
+    waiting = {
+        "one with parents": single(" p_depends_on => array[%(parent)s]::uuid[],"),
+        "many with parents": many(parents),
+        "many with parents and keys": many(" p_dedupe_keys => array['k5']," + parents),
+    }
+    params = {"at": FROZEN + timedelta(hours=1), "batch": batch, "parent": parent}
+
+    def rows(statements: dict[str, LiteralString]) -> dict[str, str]:
+        """Each way's row, as JSON, without the columns that are the job's own."""
+        made = {name: one(conn, statement, params) for name, statement in statements.items()}
+        return {
+            name: json.dumps(
+                one(
+                    conn,
+                    "select to_jsonb(j) - array['job_id', 'seq', 'dedupe_key']"
+                    " from pyjobq.job j where j.job_id = %s",
+                    (job_id,),
+                ),
+                sort_keys=True,
+            )
+            for name, job_id in made.items()
+        }
+
+    for ways, status in ((pending, 1), (waiting, 6)):
+        made = rows(ways)
+        first, row = next(iter(made.items()))
+        differ = {name: made[name] for name in made if made[name] != row}
+        assert not differ, (first, row, differ)
+        fields = json.loads(row)
+        assert fields["status"] == status
+        given = ("priority", "payload", "metadata", "max_attempts", "concurrency_key", "batch_id")
+        assert [fields[name] for name in given] == [7, {"a": 1}, {"m": 1}, 4, "c", str(batch)]

@@ -1,8 +1,9 @@
-"""The upgrade from the last release, 0.1.0 (its tree read from this repository's history), as
-docs/upgrading.md gives it: the release's own ``pyjobq migrate`` installs it and its clients fill
-it; its producer goes on enqueueing through the upgrade; its workers drain and stop, today's start
-ahead of the migration and wait for it; today's ``migrate`` runs. Every job ends DONE after
-exactly one run, and a lease a client of the release holds survives."""
+"""Upgrades from the releases (each release's tree read from this repository's history), as
+docs/upgrading.md gives them: the release's own ``pyjobq migrate`` installs it and its clients
+fill it; its producer goes on enqueueing through the upgrade. From 0.1.0 its workers drain and
+stop, today's start ahead of the migration and wait for it; from 0.2.0 its workers go on
+running through the migration and after it, beside today's. Every job ends DONE after exactly
+one run, and a lease a client of the release holds survives."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ from tests.workerhelp import Running, wait_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-# The commit whose tree is the 0.1.0 release (pyproject's version 0.1.0, schema 1).
-RELEASE = ("0.1.0", "2a432d785003677372eca2f89470cf30a7649b59")
+# The commits whose trees are the releases, and the schema each installs.
+RELEASES = {
+    "0.1.0": ("2a432d785003677372eca2f89470cf30a7649b59", 1),
+    "0.2.0": ("b8ab6b0fe40ab3914bf2005d72dd5fa5b5f147b3", 27),
+}
 BEFORE, AFTER = 1500, 1500
 
 HANDLERS = """
@@ -66,19 +70,29 @@ print(made)
 
 
 @pytest.fixture(scope="module")
-def release_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The release's tree, as ``git archive`` writes it (a checkout: migrations/ beside pyjobq/)."""
+def releases(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The tree of a release, as ``git archive`` writes it (a checkout: migrations/ beside
+    pyjobq/), extracted once per module."""
     if not (ROOT / ".git").exists():
         pytest.skip("needs the repository's history (a git checkout)")
-    version, commit = RELEASE
-    target = tmp_path_factory.mktemp(f"pyjobq-{version}")
-    paths = ["pyproject.toml", "pyjobq", "migrations"]
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, *paths], capture_output=True, check=True
-    ).stdout
-    # tar(1), not tarfile: extractall's filter= came in 3.11.4, and Debian's 3.11 is older.
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target
+    trees: dict[str, Path] = {}
+
+    def tree(version: str) -> Path:
+        if version not in trees:
+            commit, _ = RELEASES[version]
+            target = tmp_path_factory.mktemp(f"pyjobq-{version}")
+            paths = ["pyproject.toml", "pyjobq", "migrations"]
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", commit, *paths],
+                capture_output=True,
+                check=True,
+            ).stdout
+            # tar(1), not tarfile: extractall's filter= came in 3.11.4, and Debian's 3.11 is older.
+            subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+            trees[version] = target
+        return trees[version]
+
+    return tree
 
 
 def release_env(source: Path, **extra: str) -> dict[str, str]:
@@ -126,10 +140,16 @@ def stopped(process: subprocess.Popen[str], signum: int | None = signal.SIGTERM)
     return out, err
 
 
+def runs(tmp_path: Path) -> list[tuple[str, str]]:
+    """(worker, job id) for each run of a job so far."""
+    path = tmp_path / "runs"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(name, job) for name, job in (line.split() for line in lines)]
+
+
 def ran(tmp_path: Path) -> set[str]:
     """The workers that ran a job so far."""
-    runs = tmp_path / "runs"
-    return {line.split()[0] for line in runs.read_text().splitlines()} if runs.exists() else set()
+    return {name for name, _ in runs(tmp_path)}
 
 
 def jobs(dsn: str, where: LiteralString) -> int:
@@ -141,8 +161,96 @@ def jobs(dsn: str, where: LiteralString) -> int:
         return int(one(conn, f"select count(*) from {table} where {where}"))
 
 
-def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothing(
-    release_source: Path,
+class Release:
+    """A release installed in a database by its own ``pyjobq migrate`` and filled by its
+    clients, through its own signatures: one job of type 1 in each state, the lease of one held
+    by a client, and 2,000 of type 2 to drain."""
+
+    def __init__(
+        self, version: str, source: Path, dsn: str, started: Callable[..., subprocess.Popen[str]]
+    ) -> None:
+        self.version, self.source, self.dsn, self.started = version, source, dsn, started
+        _, self.schema = RELEASES[version]
+        assert f'version = "{version}"' in (source / "pyproject.toml").read_text()
+        which = "import pyjobq; print(pyjobq.__file__, pyjobq.SCHEMA_VERSION)"
+        out, err = started(["-c", which], source).communicate(timeout=60)
+        assert out.split() == [str(source / "pyjobq" / "__init__.py"), str(self.schema)], err
+        migrated = started(["-m", "pyjobq", "migrate", "--dsn", dsn], source)
+        said = migrated.communicate(timeout=60)[0].strip()
+        assert said.endswith(f"pyjobq schema version {self.schema}"), said
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            self.held, self.done, self.dead, self.expired = (enqueue(conn) for _ in range(4))
+            claimed: dict[Any, int] = dict(
+                conn.execute("select job_id, attempt from pyjobq.job_claim('old-client', 4, 600)")
+            )
+            conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (self.done,))
+            conn.execute(
+                "select pyjobq.job_fail(%s, 'old-client', 1, 'broken', p_dead_letter => true)",
+                (self.dead,),
+            )
+            conn.execute(
+                "update pyjobq.job set lease_until = now() - interval '1 second' where job_id = %s",
+                (self.expired,),
+            )
+            self.pending = enqueue(conn)
+            conn.execute(
+                "select pyjobq.job_enqueue_many(2,"
+                " array(select '{}'::jsonb from generate_series(1, 2000)))"
+            )
+        assert claimed == dict.fromkeys([self.held, self.done, self.dead, self.expired], 1)
+
+    def producer(self, stop: Path) -> subprocess.Popen[str]:
+        """The release's producer, enqueueing until ``stop`` exists; started once it has."""
+        process = self.started(["-c", PRODUCER, self.dsn, str(stop)], self.source)
+        wait_for(lambda: jobs(self.dsn, "job_type = 2") > 2000, "the release's producer to enqueue")
+        return process
+
+    def migrate(self) -> None:
+        """Today's migration, and then a producer's enqueue on the new schema."""
+        applied = migrate(self.dsn).applied
+        assert len(applied) == SCHEMA_VERSION - self.schema
+        at_upgrade = jobs(self.dsn, "job_type = 2")
+        wait_for(
+            lambda: jobs(self.dsn, "job_type = 2") > at_upgrade,
+            "the producer to enqueue after the upgrade",
+        )
+
+    def drained(self, producer: subprocess.Popen[str], stop: Path, tmp_path: Path) -> Counter[str]:
+        """Stops the producer, waits for every job of type 2 to be DONE, checks that each ran
+        exactly once and that the client's lease held; the runs by worker."""
+        stop.touch()
+        total = 2000 + int(stopped(producer, None)[0])
+        wait_for(
+            lambda: jobs(self.dsn, "job_type = 2 and status = 3") == total,
+            f"all {total} jobs of type 2 to be DONE",
+        )
+        done = runs(tmp_path)
+        per_job = Counter(job for _, job in done)
+        assert len(per_job) == total
+        twice = [job for job, n in per_job.items() if n > 1]
+        assert not twice, [(name, job) for name, job in done if job in twice[:3]]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            # The client's lease held across the upgrade: its own call, in the release's form,
+            # finishes the job. The expired one is taken back by a reap: a worker's, if one
+            # came by before the drain ended (the workers' reapers run on their own clocks),
+            # else this one, in the release's form too.
+            conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (self.held,))
+            conn.execute("select count(*) from pyjobq.job_reap(100)")
+            statuses: dict[Any, int] = dict(
+                conn.execute("select job_id, status from pyjobq.job_all where job_type = 1")
+            )
+        assert statuses == {
+            self.held: 3,
+            self.done: 3,
+            self.dead: 4,
+            self.expired: 1,
+            self.pending: 1,
+        }
+        return Counter(name for name, _ in done)
+
+
+def test_an_upgrade_from_0_1_0_under_its_producer_loses_and_repeats_nothing(
+    releases: Callable[[str], Path],
     new_database: Callable[[], str],
     started: Callable[..., subprocess.Popen[str]],
     tmp_path: Path,
@@ -150,87 +258,63 @@ def test_an_upgrade_from_the_release_under_its_producers_loses_and_repeats_nothi
     """The procedure docs/upgrading.md gives for 0.1.0: its producers go on throughout; its
     workers are stopped (SIGTERM: they finish what they run) before the migration, and today's
     are started before it, waiting on the old schema; leases held by its clients survive."""
-    dsn = new_database()
-    version, _ = RELEASE
-    assert f'version = "{version}"' in (release_source / "pyproject.toml").read_text()
-    which = "import pyjobq; print(pyjobq.__file__, pyjobq.SCHEMA_VERSION)"
-    said = started(["-c", which], release_source)
-    out, err = said.communicate(timeout=60)
-    assert out.split() == [str(release_source / "pyjobq" / "__init__.py"), "1"], err
-    migrated = started(["-m", "pyjobq", "migrate", "--dsn", dsn], release_source)
-    assert migrated.communicate(timeout=60)[0].strip() == "pyjobq schema version 1"
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        # Through the release's own signatures, as its clients call them: one job of type 1
-        # in each state, its lease held by a client, and 2,000 of type 2 to drain.
-        held, done, dead, expired = (enqueue(conn) for _ in range(4))
-        claimed: dict[Any, int] = dict(
-            conn.execute("select job_id, attempt from pyjobq.job_claim('old-client', 4, 600)")
-        )
-        conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (done,))
-        conn.execute(
-            "select pyjobq.job_fail(%s, 'old-client', 1, 'broken', p_dead_letter => true)", (dead,)
-        )
-        conn.execute(
-            "update pyjobq.job set lease_until = now() - interval '1 second' where job_id = %s",
-            (expired,),
-        )
-        pending = enqueue(conn)
-        conn.execute(
-            "select pyjobq.job_enqueue_many(2,"
-            " array(select '{}'::jsonb from generate_series(1, 2000)))"
-        )
-    assert claimed == dict.fromkeys([held, done, dead, expired], 1)
-
-    producer = started(["-c", PRODUCER, dsn, str(tmp_path / "stop")], release_source)
-    type_2 = "job_type = 2"
-    wait_for(lambda: jobs(dsn, type_2) > 2000, "the release's producer to enqueue")
+    release = Release("0.1.0", releases("0.1.0"), new_database(), started)
+    stop = tmp_path / "stop"
+    producer = release.producer(stop)
     # --prefetch 0: at SIGTERM the release's worker gives back the jobs it prefetched, and may
     # start one of them too, which then runs twice (fixed since, 35624aa; the CHANGELOG's Fixed).
     # Without prefetch it holds only jobs it runs, and its drain finishes them.
-    old = [*worker(dsn), "--prefetch", "0"]
-    old_workers = [started(old, release_source, UPGRADE_WORKER=f"old{n}") for n in range(2)]
+    old = [*worker(release.dsn), "--prefetch", "0"]
+    old_workers = [started(old, release.source, UPGRADE_WORKER=f"old{n}") for n in range(2)]
     wait_for(lambda: ran(tmp_path) >= {"old0", "old1"}, "both of the release's workers to run jobs")
     for process in old_workers:
         stopped(process)
-    new_workers = [started(worker(dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
-
-    applied = migrate(dsn).applied
-    assert len(applied) == SCHEMA_VERSION - 1
-    at_upgrade = jobs(dsn, type_2)
-    wait_for(lambda: jobs(dsn, type_2) > at_upgrade, "the producer to enqueue after the upgrade")
-    (tmp_path / "stop").touch()
-    made = int(stopped(producer, None)[0])
-    total = 2000 + made
-    done_2 = "job_type = 2 and status = 3"
-    wait_for(lambda: jobs(dsn, done_2) == total, f"all {total} jobs of type 2 to be DONE")
+    new_workers = [started(worker(release.dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
+    release.migrate()
+    by_worker = release.drained(producer, stop, tmp_path)
     for process in new_workers:
         # Each waited on the old schema, then started once the migration had run.
         log = stopped(process)[1]
         assert "older than the" in log, log
         assert "the database's schema is now this package's: starting" in log, log
-
-    runs = [line.split() for line in (tmp_path / "runs").read_text().splitlines()]
-    per_job = Counter(job for _, job in runs)
-    assert len(per_job) == total
-    twice = [job for job, n in per_job.items() if n > 1]
-    assert not twice, [(name, job) for name, job in runs if job in twice[:3]]
-    by_worker = Counter(name for name, _ in runs)
     # Both of the release's workers ran jobs, and today's did after the upgrade (which of the
     # two woke first, and took how many, is the machine's timing).
     assert {"old0", "old1"} <= by_worker.keys(), by_worker
     assert {"new0", "new1"} & by_worker.keys(), by_worker
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        # The client's lease held across the upgrade: its own call, in the release's form,
-        # finishes the job. The expired one is taken back by a reap: a worker's, if one came
-        # by before the drain ended (the workers' reapers run on their own clocks), else this
-        # one, in the release's form too.
-        conn.execute("select pyjobq.job_complete(%s, 'old-client', 1, '{}')", (held,))
-        conn.execute("select count(*) from pyjobq.job_reap(100)")
-        statuses: dict[Any, int] = dict(
-            conn.execute("select job_id, status from pyjobq.job_all where job_type = 1")
-        )
-    assert statuses == {held: 3, done: 3, dead: 4, expired: 1, pending: 1}
+
+
+def test_an_upgrade_from_0_2_0_under_its_running_workers_loses_and_repeats_nothing(
+    releases: Callable[[str], Path],
+    new_database: Callable[[], str],
+    started: Callable[..., subprocess.Popen[str]],
+    tmp_path: Path,
+) -> None:
+    """The procedure docs/upgrading.md gives from 0.2.0 on: migrate first, with the release's
+    producer enqueueing and its workers claiming and finishing jobs throughout; they run on the
+    new schema unchanged; then today's workers are deployed beside them and the release's are
+    stopped (SIGTERM: they finish what they run); leases held by its clients survive."""
+    release = Release("0.2.0", releases("0.2.0"), new_database(), started)
+    stop = tmp_path / "stop"
+    producer = release.producer(stop)
+    old_workers = [
+        started(worker(release.dsn), release.source, UPGRADE_WORKER=f"old{n}") for n in range(2)
+    ]
+    wait_for(lambda: ran(tmp_path) >= {"old0", "old1"}, "both of the release's workers to run jobs")
+    release.migrate()
+    before = len(runs(tmp_path))
+    wait_for(
+        lambda: {name for name, _ in runs(tmp_path)[before:]} >= {"old0", "old1"},
+        "both of the release's workers to run jobs on the new schema",
+    )
+    new_workers = [started(worker(release.dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
+    wait_for(lambda: ran(tmp_path) >= {"new0", "new1"}, "both of today's workers to run jobs")
+    for process in old_workers:
+        stopped(process)
+    by_worker = release.drained(producer, stop, tmp_path)
+    for process in new_workers:
+        log = stopped(process)[1]
+        assert "older than the" not in log, log
+    assert {"old0", "old1", "new0", "new1"} <= by_worker.keys(), by_worker
 
 
 def test_a_worker_started_ahead_of_the_migration_waits_and_stops_when_asked(

@@ -77,6 +77,7 @@ class WorkerHooks:
         abandoned."""
 
     def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
-        """A statement of the worker's took ``seconds``: claim, finish, renew, release, reap,
-        next_due or schedule_tick; ``error`` is what it raised (the worker retries
+        """A statement of the worker's took ``seconds``: claim, claim_announced (a claim woken
+        by a NOTIFY alone, without job_next_due), finish, renew, release, reap, next_due or
+        schedule_tick; ``error`` is what it raised (the worker retries
         those the database may accept later)."""

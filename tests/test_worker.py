@@ -461,6 +461,33 @@ def test_an_idle_worker_sends_its_claims_and_reaps_when_a_lease_expires(dsn: str
     assert set(hooks.sent) == {"claim", "reap"}
 
 
+def test_a_sleeping_worker_woken_for_a_job_due_now_claims_without_next_due(
+    dsn: str, db: Conn
+) -> None:
+    """Asleep, the worker knows what is to come later: the claim that put it to sleep read
+    job_next_due, and a job scheduled since is announced with its time. So a NOTIFY of a job due
+    now wakes a claim of job_claim alone (claim_announced). A job announced for later wakes a
+    claim that reads job_next_due again, and starts when due, long before the poll."""
+    hooks = Statements()
+    worker = Worker(dsn, {JobType.SEARCH: ok}, hooks=hooks, poll_interval=3600)
+    q = JobQueue(db)
+    with running(worker) as r:
+        wait_for(lambda: worker.asleep, "the worker asleep")
+        q.enqueue(JobType.SEARCH, {"n": 1})
+        wait_for(lambda: statuses(db) == {3: 1}, "the job due now DONE")
+        wait_for(lambda: worker.asleep, "the worker asleep again")
+        assert hooks.sent.get("claim_announced") == 1
+        claims = hooks.sent["claim"]
+        due = one(db, "select clock_timestamp() + interval '0.5 seconds'")
+        q.enqueue(JobType.SEARCH, {"n": 2}, run_after=due)
+        wait_for(lambda: statuses(db) == {3: 2}, "the job due later DONE")
+        r.stop()
+    assert hooks.sent["claim"] >= claims + 2  # woken by its announcement, then when due
+    assert hooks.sent.get("claim_announced") == 1
+    started = one(db, "select run_started_at from pyjobq.job_all where payload = '{\"n\": 2}'")
+    assert started >= due
+
+
 def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(
     dsn: str, db: Conn, login_role: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from pyjobq.aio import AsyncJobQueue
+from pyjobq.rows import ClaimBatch
 from pyjobq.worker.state import (
     DATABASE_ERRORS,
     MAX_BATCH,
@@ -48,7 +49,8 @@ class Claimer:
     prefetched jobs) in one ``job_claim``, then waits for a NOTIFY, free room, the time the
     next job becomes due (``job_next_due``, read in the same statement) or the poll interval;
     it also waits while finished jobs pile up unsent, since their rows stay RUNNING until
-    completed."""
+    completed. Woken from its sleep by NOTIFYs of jobs due now alone, it sends ``job_claim``
+    by itself (``claim_announced``): the next due time it read before still holds."""
 
     def __init__(self, state: WorkerState, job_types: list[int]) -> None:
         self.state = state
@@ -72,6 +74,9 @@ class Claimer:
         )
         # The running average of how long a runner is busy with one job.
         self.job_seconds: float | None = None
+        # When (time.monotonic()) the next job still to come becomes due, as job_next_due
+        # last said; None: none is scheduled.
+        self.next_due_at: float | None = None
 
     def observe_duration(self, seconds: float) -> None:
         """Fold how long a runner was busy with one job into the average the prefetch follows."""
@@ -122,23 +127,41 @@ class Claimer:
             if want == 0:
                 await s.room.wait()
                 continue
+            # Asleep and woken by NOTIFYs of jobs due now alone: what is to come later is
+            # known (read by the claim that put it to sleep, or announced since with its
+            # time), so the claim needs neither job_next_due nor job_next_chores.
+            announced = s.marked and s.woken_for_due_now and not s.rate_limited
             s.notified.clear()
+            s.woken_for_due_now = False
             s.next_claim_at = math.inf
             started = time.monotonic()
             try:
-                claimed = await s.call(
-                    "claim",
-                    s.queue.claim_with_next_due(
-                        s.worker_id, want, config.lease_seconds, self.job_types
-                    ),
-                )
+                if announced:
+                    claimed = ClaimBatch(
+                        await s.call(
+                            "claim_announced",
+                            s.queue.claim(s.worker_id, want, config.lease_seconds, self.job_types),
+                        ),
+                        None,
+                    )
+                else:
+                    claimed = await s.call(
+                        "claim",
+                        s.queue.claim_with_next_due(
+                            s.worker_id, want, config.lease_seconds, self.job_types
+                        ),
+                    )
             except DATABASE_ERRORS as e:
                 failures += 1
                 await s.backoff(failures, "claim", e)
                 continue
             failures = 0
-            s.next_tick.read(claimed.next_tick_in, started)
-            s.next_expiry.read(claimed.next_expiry_in, started)
+            if not announced:
+                s.next_tick.read(claimed.next_tick_in, started)
+                s.next_expiry.read(claimed.next_expiry_in, started)
+                self.next_due_at = (
+                    None if claimed.next_due_in is None else started + claimed.next_due_in
+                )
             jobs = claimed.jobs
             s.metrics.claims += 1
             s.metrics.claimed += len(jobs)
@@ -156,7 +179,9 @@ class Claimer:
                 # Nothing more is due: sleep until the next job becomes due, a NOTIFY of one
                 # due sooner, the reaper, or the poll.
                 timeout = config.poll_interval * random.uniform(0.9, 1.1)
-                next_due_in = claimed.next_due_in
+                next_due_in = (
+                    None if self.next_due_at is None else self.next_due_at - time.monotonic()
+                )
                 if s.rate_limited:
                     next_due_in = await self.next_due_in()
                 if next_due_in is not None:
@@ -225,7 +250,7 @@ class Listener:
                     await conn.execute(f"listen {CHANNEL}")
                     failures = 0
                     # Anything enqueued while we were not listening was not announced.
-                    s.notified.set()
+                    s.wake()
                     await self.serve(AsyncJobQueue(conn), conn)
             except DATABASE_ERRORS as e:
                 failures += 1
@@ -245,7 +270,7 @@ class Listener:
                     if now >= retry_at:
                         if await queue.worker_idle():
                             retry_in, retry_at = FENCE_RETRY_FIRST, 0.0
-                            s.notified.set()  # the one claim after the fence, then:
+                            s.wake()  # the one claim after the fence, then:
                             s.marked = True
                         else:  # a producer that looked before the mark is still open
                             retry_at = now + retry_in
@@ -267,7 +292,7 @@ class Listener:
         async def listen() -> None:
             async for notify in conn.notifies():
                 if self.wanted(notify.payload):
-                    s.notified.set()
+                    s.wake(due_now="@" not in notify.payload)
 
         listening = asyncio.ensure_future(listen())
         changed = asyncio.ensure_future(s.idle_changed.wait())

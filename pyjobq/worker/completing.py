@@ -71,7 +71,7 @@ class Completer:
             self.state.flushing.difference_update(batch)
             self.state.room.set()
             if self.state.limited:
-                self.state.notified.set()
+                self.state.wake()
 
     async def send_alone(self, held: Held) -> None:
         """Send one job PostgreSQL refused as data: a result it cannot store fails the job DEAD,

@@ -116,4 +116,4 @@ class Reaper:
                     len(reaped),
                     extra=s.extra(workers=sorted({r.worker_id for r in reaped})),
                 )
-                s.notified.set()
+                s.wake()

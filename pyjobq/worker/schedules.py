@@ -46,4 +46,4 @@ class Ticker:
                     len(fired),
                     extra=s.extra(schedules=sorted({f.name for f in fired})),
                 )
-                s.notified.set()
+                s.wake()

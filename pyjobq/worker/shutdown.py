@@ -65,7 +65,7 @@ class Drain:
     ) -> None:
         s = self.state
         s.stopping = True
-        s.notified.set()
+        s.wake()
         s.room.set()
         hard = asyncio.ensure_future(s.hard_stop.wait())
         try:

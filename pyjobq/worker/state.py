@@ -94,8 +94,12 @@ class WorkerState:
         self.running: set[Held] = set()
         self.done: list[Held] = []
         self.flushing: set[Held] = set()
-        # A NOTIFY, a reap or a start: jobs may be due.
+        # A NOTIFY, a reap or a start: jobs may be due. Set through wake().
         self.notified = asyncio.Event()
+        # Every wake-up since the claimer last cleared ``notified`` was a NOTIFY of a job due
+        # now: a claim for it alone needs no job_next_due (what is to come later was read
+        # before, or announced with its time).
+        self.woken_for_due_now = False
         # Some handled type has a concurrency limit (job_type_limits, read at the start): a job
         # that ends frees room that no NOTIFY announces, so its completion wakes the claimer.
         self.limited = False
@@ -134,6 +138,12 @@ class WorkerState:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._queue: AsyncJobQueue | None = None
 
+    def wake(self, due_now: bool = False) -> None:
+        """Wake the claimer: jobs may be due. ``due_now``: a NOTIFY of a job due now, and
+        nothing else, woke it (see :attr:`woken_for_due_now`)."""
+        self.woken_for_due_now = due_now and (self.woken_for_due_now or not self.notified.is_set())
+        self.notified.set()
+
     def set_idle(self, idle: bool) -> None:
         """Say whether the claimer sleeps for want of due jobs (see :attr:`idle`)."""
         if idle != self.idle:
@@ -169,8 +179,8 @@ class WorkerState:
 
     async def call(self, statement: str, operation: Coroutine[Any, Any, T]) -> T:
         """Await one queue statement, counting it as a round trip; the hooks learn how long
-        ``statement`` (claim, finish, renew, release, reap, next_due, schedule_tick)
-        took and what it raised."""
+        ``statement`` (claim, claim_announced, finish, renew, release, reap, next_due,
+        schedule_tick) took and what it raised."""
         self.metrics.round_trips += 1
         started = time.perf_counter()
         error: Exception | None = None

@@ -9,8 +9,9 @@ LISTEN connection of the bench's own (the Worker's listener gets the same messag
 
   enqueue returned -> NOTIFY heard   the commit's notification reaching a listener
   NOTIFY heard -> claim sent         the claimer's wake-up
-  claim                              the claim's round trip: pool checkout, job_claim and
-                                     job_next_due in one statement, the rows read
+  claim                              the claim's round trip: pool checkout, job_claim (with
+                                     job_next_due in the same statement unless the claimer was
+                                     woken by announcements alone), the rows read
   claim returned -> on_job_start     the hand-off to a free runner
   on_job_start -> handler            a task switch (async), the executor hop (sync)
 
@@ -62,6 +63,7 @@ class Stamps(WorkerHooks):
     def __init__(self) -> None:
         self.at: dict[str, dict[int, float]] = {}
         self.last_claim = (0.0, 0.0)
+        self.claims: dict[str, int] = {}
         self.notifies: list[float] = []
         self.arrived = asyncio.Event()
 
@@ -70,9 +72,10 @@ class Stamps(WorkerHooks):
         self.at.setdefault(point, {}).setdefault(probe, when)
 
     def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
-        if statement == "claim":
+        if statement in ("claim", "claim_announced"):
             ended = time.perf_counter()
             self.last_claim = (ended - seconds, ended)
+            self.claims[statement] = self.claims.get(statement, 0) + 1
 
     def on_job_claimed(self, job: ClaimedJob) -> None:
         probe = int(job.payload["i"])
@@ -161,6 +164,8 @@ def report(stamps: Stamps, probes: int) -> None:
             ]
             row.append(quantiles(ms) if ms else "-")
         print(f"| {name} | {row[0]} | {row[1]} |")
+    sent = ", ".join(f"{name} {n}" for name, n in sorted(stamps.claims.items()))
+    print(f"\nclaims sent: {sent}")
 
 
 async def server_share(dsn: str, probes: int, spacing: float, workers: int) -> None:

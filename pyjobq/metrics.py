@@ -37,6 +37,9 @@ class WorkerMetrics:
     round_trips: int = 0
     claims: int = 0
     flushes: int = 0
+    # Times a runner waited, before starting a job, for finished jobs to be sent (see
+    # Claimer.unsent_full): completions that cannot keep up hold the runners back.
+    held_back: int = 0
     db_errors: int = 0
     hook_errors: int = 0
     latency_seconds_total: float = 0.0

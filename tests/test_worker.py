@@ -16,6 +16,7 @@ import pytest
 from pyjobq import ClaimedJob, JobQueue, JobType
 from pyjobq.metrics import WorkerHooks
 from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
+from pyjobq.worker.claiming import MAX_FLUSHES
 from tests.sqlhelp import FROZEN, freeze, frozen_dsn, one
 from tests.workerhelp import asleep, prepare, running, statuses, wait_for
 
@@ -486,6 +487,45 @@ def test_a_sleeping_worker_woken_for_a_job_due_now_claims_without_next_due(
     assert hooks.sent.get("claim_announced") == 1
     started = one(db, "select run_started_at from pyjobq.job_all where payload = '{\"n\": 2}'")
     assert started >= due
+
+
+def test_finished_jobs_waiting_unsent_stay_bounded_whatever_the_worker_holds(
+    dsn: str, db: Conn
+) -> None:
+    """Completions cannot be sent (another session locks the history): the runners start
+    no more jobs once MAX_FLUSHES + 1 flushes' worth of finished jobs wait unsent, however many
+    the worker holds prefetched. Those, and the jobs running, are all that a SIGKILL could make
+    run again. Once the lock goes, every job is completed."""
+    started: list[Any] = []
+
+    class Starts(WorkerHooks):
+        def on_job_start(self, job: ClaimedJob) -> None:
+            started.append(job.job_id)
+
+    q = JobQueue(db)
+    q.enqueue_many(JobType.SEARCH, [{"n": i} for i in range(300)])
+    concurrency, flush_batch = 4, 10
+    worker = Worker(
+        dsn,
+        {JobType.SEARCH: ok},
+        hooks=Starts(),
+        concurrency=concurrency,
+        prefetch=200,
+        flush_batch=flush_batch,
+    )
+    bound = (MAX_FLUSHES + 1) * flush_batch + concurrency
+    with psycopg.connect(dsn) as blocker:
+        blocker.execute("lock table pyjobq.job_history in access exclusive mode")
+        with running(worker) as r:
+            wait_for(
+                lambda: worker.metrics.held_back >= concurrency,
+                "every runner held back by unsent completions",
+            )
+            assert len(started) <= bound
+            blocker.rollback()
+            wait_for(lambda: statuses(db) == {3: 300}, "every job DONE")
+            metrics = r.stop()
+    assert metrics.completed == 300
 
 
 def test_a_worker_not_allowed_to_tick_says_so_once_and_works_on(

@@ -107,13 +107,18 @@ class Claimer:
         """True when ``held`` waited in the buffer past its share of the lease."""
         return now - held.claimed_at > self.max_prefetch_age
 
+    def unsent_full(self) -> bool:
+        """True while ``MAX_FLUSHES + 1`` flushes' worth of finished jobs wait to be sent: a
+        flush in flight in each slot and a full one waiting. Their rows stay RUNNING until
+        completed, and a SIGKILL would make them run again: no more are claimed or started
+        until a flush ends."""
+        s = self.state
+        return len(s.done) + len(s.flushing) >= (MAX_FLUSHES + 1) * self.flush_at
+
     def room_for(self) -> int:
-        if not self.low_water():
+        if not self.low_water() or self.unsent_full():
             return 0
         s = self.state
-        # Finished jobs still hold their rows RUNNING: stop claiming while they pile up.
-        if len(s.done) + len(s.flushing) >= (MAX_FLUSHES + 1) * self.flush_at:
-            return 0
         held = len(s.running) + len(s.buffer)
         room = self.concurrency + self.prefetch_now() - held
         return max(0, min(room, MAX_CLAIM))

@@ -70,6 +70,7 @@ class Completer:
         finally:
             self.state.flushing.difference_update(batch)
             self.state.room.set()
+            self.state.sent.set()
             if self.state.limited:
                 self.state.wake()
 

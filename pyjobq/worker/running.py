@@ -71,6 +71,12 @@ class Runner:
                     return
                 s.job_ready.clear()
                 await s.job_ready.wait()
+            if self.claimer.unsent_full():
+                # Completions are not keeping up: what a SIGKILL would run again stays bounded.
+                s.metrics.held_back += 1
+                s.sent.clear()
+                await s.sent.wait()
+                continue
             held = s.buffer.popleft()
             self.claimer.wake_if_low()
             if self.claimer.is_stale(held, time.monotonic()):

@@ -124,6 +124,8 @@ class WorkerState:
         self.job_ready = asyncio.Event()
         # Finished jobs wait to be completed; flush_now: send them without waiting.
         self.have_done = asyncio.Event()
+        # A flush ended: runners held back by unsent finished jobs may look again.
+        self.sent = asyncio.Event()
         self.flush_now = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self.hard_stop = asyncio.Event()

@@ -18,7 +18,7 @@ from pyjobq.metrics import WorkerHooks
 from pyjobq.worker import DeadLetter, Handler, Retry, Worker, is_cancelled, make_worker_id
 from pyjobq.worker.claiming import MAX_FLUSHES
 from tests.sqlhelp import FROZEN, freeze, frozen_dsn, one
-from tests.workerhelp import asleep, prepare, running, statuses, wait_for
+from tests.workerhelp import PATIENCE, asleep, prepare, running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
 
@@ -487,6 +487,50 @@ def test_a_sleeping_worker_woken_for_a_job_due_now_claims_without_next_due(
     assert hooks.sent.get("claim_announced") == 1
     started = one(db, "select run_started_at from pyjobq.job_all where payload = '{\"n\": 2}'")
     assert started >= due
+
+
+def test_a_worker_woken_by_a_steady_trickle_still_reads_its_chores_and_reaps(
+    dsn: str, db: Conn
+) -> None:
+    """Jobs due now arrive faster than the poll, so the worker never sleeps a whole poll and
+    most of its claims are claim_announced, which read no chores. Still it reads them at least
+    once per poll interval, as an idle worker would: another holder's lease that expires
+    meanwhile is reaped."""
+    hooks = Statements()
+    worker = Worker(
+        dsn,
+        {JobType.SEARCH: ok},
+        hooks=hooks,
+        poll_interval=0.3,
+        reap_interval=0.1,
+        schedule_interval=0.1,
+    )
+    q = JobQueue(db)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            producer = JobQueue(conn)
+            n = 0
+            while not stop.wait(0.05):
+                producer.enqueue(JobType.SEARCH, {"n": n})
+                n += 1
+
+    with running(worker) as r:
+        wait_for(lambda: worker.asleep, "the worker asleep")
+        producer = threading.Thread(target=trickle, daemon=True)
+        producer.start()
+        try:
+            wait_for(lambda: hooks.sent.get("claim_announced", 0) >= 5, "announced claims")
+            q.enqueue(JobType.OUTBOX, {})
+            (held,) = q.claim("other", 1, lease_seconds=1, job_types=[JobType.OUTBOX])
+            wait_for(lambda: "reap" in hooks.sent, "the expired lease reaped")
+        finally:
+            stop.set()
+            producer.join(PATIENCE)
+        r.stop()
+    assert db.execute("select clock_timestamp() > %s", (held.lease_until,)).fetchone() == (True,)
+    assert one(db, "select status from pyjobq.job_all where job_id = %s", (held.job_id,)) == 1
 
 
 def test_finished_jobs_waiting_unsent_stay_bounded_whatever_the_worker_holds(

@@ -134,8 +134,15 @@ class Claimer:
                 continue
             # Asleep and woken by NOTIFYs of jobs due now alone: what is to come later is
             # known (read by the claim that put it to sleep, or announced since with its
-            # time), so the claim needs neither job_next_due nor job_next_chores.
-            announced = s.marked and s.woken_for_due_now and not s.rate_limited
+            # time), so the claim needs neither job_next_due nor job_next_chores. Leases
+            # taken and schedules set meanwhile are not announced: the chores are read at
+            # least once per poll interval, as an idle worker's polls would.
+            announced = (
+                s.marked
+                and s.woken_for_due_now
+                and not s.rate_limited
+                and time.monotonic() - s.next_expiry.read_at < config.poll_interval
+            )
             s.notified.clear()
             s.woken_for_due_now = False
             s.next_claim_at = math.inf

@@ -24,11 +24,10 @@ and the ratio to ``raw claim``.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import psycopg
 
-from enqueue_cpu import backend_cpu
+from backend_cpu import Statement, measure, report
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
 from pyjobq.statements import CLAIM, CLAIM_WITH_NEXT_DUE
@@ -39,7 +38,7 @@ PLAIN = (
     " payload jsonb not null default '{}');"
     " create index plain_pending on plain (id) where status = 1"
 )
-STATEMENTS: dict[str, tuple[str, tuple[object, ...] | None]] = {
+STATEMENTS: dict[str, Statement] = {
     "raw claim": (
         "update plain p set status = 2, worker = 'w1', lease_until = now() + interval '300 s',"
         " attempts = p.attempts + 1"
@@ -56,24 +55,12 @@ STATEMENTS: dict[str, tuple[str, tuple[object, ...] | None]] = {
 CLAIMS_PER_ROUND = 3  # the statements above that take a job
 
 
-def per_transaction(
-    conn: psycopg.Connection, pid: int, statement: str, params: tuple[object, ...] | None, jobs: int
-) -> float:
-    """Microseconds of the backend's CPU per transaction running ``statement``."""
-    conn.execute(statement, params).fetchall()  # planned, cached, and the connection warm
-    before = backend_cpu(pid)
-    for _ in range(jobs):
-        conn.execute(statement, params).fetchall()
-    return (backend_cpu(pid) - before) * 1e6 / jobs
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     backlog = (args.jobs + 1) * args.repeat * CLAIMS_PER_ROUND
-    figures: dict[str, list[float]] = {s: [] for s in STATEMENTS}
     with LocalPostgres() as server:
         migrate(server.dsn())
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
@@ -87,25 +74,9 @@ def main() -> None:
                 (backlog,),
             )
             conn.execute("vacuum analyze")
-            pid = conn.execute("select pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+            figures = measure(conn, STATEMENTS, args.jobs, args.repeat)
             version = conn.info.server_version
-            for _ in range(args.repeat):
-                for name, (statement, params) in STATEMENTS.items():
-                    figures[name].append(per_transaction(conn, pid, statement, params, args.jobs))
-    ceiling = statistics.median(figures["raw claim"])
-    print(
-        f"one connection, one statement per transaction, {args.jobs} a round, {args.repeat}"
-        f" rounds; PostgreSQL {version // 10000}.{version % 100}, default settings"
-    )
-    print()
-    print("| statement | backend CPU per transaction, µs, median (range) | / raw claim |")
-    print("|---|---:|---:|")
-    for name, values in figures.items():
-        median = statistics.median(values)
-        print(
-            f"| {name} | {median:,.0f} ({min(values):,.0f} to {max(values):,.0f})"
-            f" | {median / ceiling:.2f} |"
-        )
+    report(figures, "raw claim", args.jobs, args.repeat, version)
 
 
 if __name__ == "__main__":

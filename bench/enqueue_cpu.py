@@ -23,11 +23,10 @@ microseconds per transaction, the range, and the ratio to ``insert``.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 
 import psycopg
 
+from backend_cpu import Statement, measure, report
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
 
@@ -35,33 +34,20 @@ PLAIN = (
     "create table plain"
     " (id bigserial primary key, payload jsonb, created_at timestamptz default now())"
 )
-STATEMENTS = {
-    "insert": "insert into plain (payload) values ('{}')",
+STATEMENTS: dict[str, Statement] = {
+    "insert": ("insert into plain (payload) values ('{}')", None),
     "job row": (
         "insert into pyjobq.job (job_id, job_type, payload, run_after, created_at, updated_at)"
-        " values (gen_random_uuid(), 1, '{}', now(), now(), now())"
+        " values (gen_random_uuid(), 1, '{}', now(), now(), now())",
+        None,
     ),
-    "job_enqueue": "select pyjobq.job_enqueue(1, '{}')",
-    "with a key": "select pyjobq.job_enqueue(1, '{}', p_dedupe_key => gen_random_uuid()::text)",
-    "select 1": "select 1",
+    "job_enqueue": ("select pyjobq.job_enqueue(1, '{}')", None),
+    "with a key": (
+        "select pyjobq.job_enqueue(1, '{}', p_dedupe_key => gen_random_uuid()::text)",
+        None,
+    ),
+    "select 1": ("select 1", None),
 }
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def backend_cpu(pid: int) -> float:
-    """Seconds of CPU (user + system) that process ``pid`` has used."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def per_transaction(conn: psycopg.Connection, pid: int, statement: str, jobs: int) -> float:
-    """Microseconds of the backend's CPU per transaction running ``statement``."""
-    conn.execute(statement)  # planned, cached, and the connection warm
-    before = backend_cpu(pid)
-    for _ in range(jobs):
-        conn.execute(statement)
-    return (backend_cpu(pid) - before) * 1e6 / jobs
 
 
 def main() -> None:
@@ -69,30 +55,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    figures: dict[str, list[float]] = {s: [] for s in STATEMENTS}
     with LocalPostgres() as server:
         migrate(server.dsn())
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute(PLAIN)
-            pid = conn.execute("select pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+            figures = measure(conn, STATEMENTS, args.jobs, args.repeat)
             version = conn.info.server_version
-            for _ in range(args.repeat):
-                for name, statement in STATEMENTS.items():
-                    figures[name].append(per_transaction(conn, pid, statement, args.jobs))
-    ceiling = statistics.median(figures["insert"])
-    print(
-        f"one connection, one statement per transaction, {args.jobs} a round, {args.repeat}"
-        f" rounds; PostgreSQL {version // 10000}.{version % 100}, default settings"
-    )
-    print()
-    print("| statement | backend CPU per transaction, µs, median (range) | / insert |")
-    print("|---|---:|---:|")
-    for name, values in figures.items():
-        median = statistics.median(values)
-        print(
-            f"| {name} | {median:,.0f} ({min(values):,.0f} to {max(values):,.0f})"
-            f" | {median / ceiling:.2f} |"
-        )
+    report(figures, "insert", args.jobs, args.repeat, version)
 
 
 if __name__ == "__main__":

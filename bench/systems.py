@@ -92,6 +92,15 @@ SYSTEMS: tuple[System, ...] = (
         table="pyjobq.job_all",
         env=(("PGOPTIONS", "-c pyjobq.claim_front_off=on"),),
     ),
+    # pyjobq as shipped, its job type keeping none of its DONE jobs (job_type_set_history):
+    # what keeping them costs, beside peers that keep nothing.
+    System(
+        name="pyjobq-keepnone",
+        argv=PYJOBQ_DRIVER,
+        role="subject",
+        table="pyjobq.job_all",
+        env=(("PYJOBQ_KEEP_DONE", "0"),),
+    ),
     # The same SQL without the Worker: W connections, claim(50) + complete_many.
     System(
         name="pyjobq-loop",

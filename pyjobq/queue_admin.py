@@ -74,6 +74,13 @@ class QueueAdmin(Calls):
         )
         self._scalar(statements.TYPE_SET_POLICY, params)
 
+    def type_set_history(self, job_type: int | str, keep_done: bool) -> None:
+        """``job_type_set_history``: whether the type's DONE jobs go to the history (``True``, the
+        default) or end with their delete, unseen by ``get`` and the history from then on; DONE
+        jobs with dependants, in a batch, with a dedupe key or watched are kept all the same.
+        Admins only."""
+        self._scalar(statements.TYPE_SET_HISTORY, (self._code(job_type), keep_done))
+
     def type_set_limits(
         self,
         job_type: int | str,
@@ -110,7 +117,8 @@ class QueueAdmin(Calls):
         return self._rows(TypeLimit, statements.TYPE_LIMITS, ())
 
     def type_policies(self) -> list[TypePolicy]:
-        """``job_type_policies``: every type's retry policy, defaults filled in."""
+        """``job_type_policies``: every type's retry policy, defaults filled in, and whether it
+        keeps its DONE jobs."""
         return self._rows(TypePolicy, statements.TYPE_POLICIES, ())
 
     def settings(self) -> Settings:

@@ -304,7 +304,8 @@ class JobTypeInfo:
 
 @dataclass(frozen=True, slots=True)
 class TypePolicy:
-    """A row of ``job_type_policies``: a type's retry policy, defaults filled in."""
+    """A row of ``job_type_policies``: a type's retry policy, defaults filled in, and whether
+    its DONE jobs are kept in the history (``keep_done``)."""
 
     job_type: int
     name: str
@@ -313,6 +314,7 @@ class TypePolicy:
     backoff_cap_seconds: float
     backoff_jitter: float
     timeout_seconds: float
+    keep_done: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 48
+  select 49
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -175,6 +175,9 @@ create table pyjobq.job_type (
   -- Fair share (job_type_set_limits): the type's jobs are claimed round robin
   -- across their concurrency keys, in the order of job.fair_rank.
   fair_share boolean not null default false,
+  -- Whether the type's DONE jobs go to job_history (job_type_set_history):
+  -- false ends them with the delete alone, as a queue that keeps nothing does.
+  keep_done boolean not null default true,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),

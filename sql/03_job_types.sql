@@ -98,6 +98,42 @@ comment on function pyjobq.job_type_set_policy(int, int, double precision, doubl
   'deadline of an attempt from its claim (0..604800 s, default 3600): workers stop the handler there, and no '
   'lease reaches past it, so the reaper retries the job elsewhere. Jobs already enqueued keep their max_attempts.';
 
+-- What the end of a DONE job keeps. By default the whole row goes to
+-- job_history, where job_get, the dashboard and the counts find it until
+-- job_prune drops its day. A type whose results nobody reads after the
+-- handler returns can keep none: its DONE jobs end with the delete alone, the
+-- history's row and its index entry not written (a third of the WAL a drained
+-- job writes). A DONE job that something reads after its end is kept all the
+-- same: one with dependants or in a batch, one with a dedupe key (a unique
+-- window looks back at the ended ones), one that job_watch announces. DEAD
+-- and CANCELLED jobs are always kept, for an operator to see and redrive.
+create function pyjobq.job_type_set_history(p_job_type int, p_keep_done boolean)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  if p_keep_done is null then
+    raise exception 'p_keep_done must not be null'
+      using errcode = '22004',
+            hint = 'true keeps the type''s DONE jobs in job_history (the default); false ends them with their delete.';
+  end if;
+  update pyjobq.job_type t
+     set keep_done = p_keep_done
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_history(int, boolean) is
+  'Sets whether job type p_job_type''s DONE jobs go to job_history (p_keep_done true, the default) or end with '
+  'their delete from pyjobq.job (false), so that job_get and the history no longer show them. Even then a DONE '
+  'job with dependants, in a batch, with a dedupe key or watched (job_watch) is kept; DEAD and CANCELLED jobs '
+  'always are. Applies to the jobs that end from the commit on.';
+
 create function pyjobq.job_type_policies()
 returns table (
   job_type int,
@@ -106,7 +142,8 @@ returns table (
   backoff_base_seconds double precision,
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
-  timeout_seconds double precision
+  timeout_seconds double precision,
+  keep_done boolean
 )
 language sql
 stable
@@ -115,14 +152,15 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done
     from pyjobq.job_type t
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, and the deadline of an attempt in seconds from its claim.';
+  'cap and jitter, the deadline of an attempt in seconds from its claim, and whether its DONE jobs are kept '
+  'in job_history (job_type_set_history).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).

@@ -50,14 +50,21 @@ begin
          r.fair_rank, r.metadata,
          case when p_waiting is null then r.waiting_on else p_waiting[r.ordinality] end,
          r.run_on_parent_failure, r.has_dependants, r.batch_id
-    from unnest(p_rows) with ordinality as r;
+    from unnest(p_rows) with ordinality as r
+   -- A DONE job of a type that keeps none (job_type_set_history) ends with its
+   -- delete, unless something reads it after its end: its dependants or its
+   -- batch, a unique window over its key, a watcher.
+   where p_statuses[r.ordinality] <> 3
+      or r.job_type <> all (array(select t.job_type from pyjobq.job_type t where not t.keep_done))
+      or r.has_dependants or r.batch_id is not null or r.dedupe_key is not null or r.notify_done;
 end;
 $$;
 
 comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], int[], boolean[]) is
   'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
   'status, and the result, error and waiting count (where those arrays are given) at its position, and '
-  'without its worker where p_clear_workers says so.';
+  'without its worker where p_clear_workers says so; leaves out the DONE jobs of types that keep none, but '
+  'for those with dependants, a batch, a dedupe key or a watcher.';
 
 -- The partition of day p_day, made if it is missing: created alone, given
 -- the rows the default partition holds for its day, then attached, while

@@ -116,6 +116,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision)',
    '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_history(int, boolean)',
+   '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),
   ('pyjobq.job_settings_set(boolean, interval)',

@@ -162,7 +162,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 48
+  select 49
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -195,6 +195,9 @@ create table pyjobq.job_type (
   -- Fair share (job_type_set_limits): the type's jobs are claimed round robin
   -- across their concurrency keys, in the order of job.fair_rank.
   fair_share boolean not null default false,
+  -- Whether the type's DONE jobs go to job_history (job_type_set_history):
+  -- false ends them with the delete alone, as a queue that keeps nothing does.
+  keep_done boolean not null default true,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -1062,6 +1065,42 @@ comment on function pyjobq.job_type_set_policy(int, int, double precision, doubl
   'deadline of an attempt from its claim (0..604800 s, default 3600): workers stop the handler there, and no '
   'lease reaches past it, so the reaper retries the job elsewhere. Jobs already enqueued keep their max_attempts.';
 
+-- What the end of a DONE job keeps. By default the whole row goes to
+-- job_history, where job_get, the dashboard and the counts find it until
+-- job_prune drops its day. A type whose results nobody reads after the
+-- handler returns can keep none: its DONE jobs end with the delete alone, the
+-- history's row and its index entry not written (a third of the WAL a drained
+-- job writes). A DONE job that something reads after its end is kept all the
+-- same: one with dependants or in a batch, one with a dedupe key (a unique
+-- window looks back at the ended ones), one that job_watch announces. DEAD
+-- and CANCELLED jobs are always kept, for an operator to see and redrive.
+create function pyjobq.job_type_set_history(p_job_type int, p_keep_done boolean)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  if p_keep_done is null then
+    raise exception 'p_keep_done must not be null'
+      using errcode = '22004',
+            hint = 'true keeps the type''s DONE jobs in job_history (the default); false ends them with their delete.';
+  end if;
+  update pyjobq.job_type t
+     set keep_done = p_keep_done
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_history(int, boolean) is
+  'Sets whether job type p_job_type''s DONE jobs go to job_history (p_keep_done true, the default) or end with '
+  'their delete from pyjobq.job (false), so that job_get and the history no longer show them. Even then a DONE '
+  'job with dependants, in a batch, with a dedupe key or watched (job_watch) is kept; DEAD and CANCELLED jobs '
+  'always are. Applies to the jobs that end from the commit on.';
+
 create function pyjobq.job_type_policies()
 returns table (
   job_type int,
@@ -1070,7 +1109,8 @@ returns table (
   backoff_base_seconds double precision,
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
-  timeout_seconds double precision
+  timeout_seconds double precision,
+  keep_done boolean
 )
 language sql
 stable
@@ -1079,14 +1119,15 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done
     from pyjobq.job_type t
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, and the deadline of an attempt in seconds from its claim.';
+  'cap and jitter, the deadline of an attempt in seconds from its claim, and whether its DONE jobs are kept '
+  'in job_history (job_type_set_history).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).
@@ -6777,14 +6818,21 @@ begin
          r.fair_rank, r.metadata,
          case when p_waiting is null then r.waiting_on else p_waiting[r.ordinality] end,
          r.run_on_parent_failure, r.has_dependants, r.batch_id
-    from unnest(p_rows) with ordinality as r;
+    from unnest(p_rows) with ordinality as r
+   -- A DONE job of a type that keeps none (job_type_set_history) ends with its
+   -- delete, unless something reads it after its end: its dependants or its
+   -- batch, a unique window over its key, a watcher.
+   where p_statuses[r.ordinality] <> 3
+      or r.job_type <> all (array(select t.job_type from pyjobq.job_type t where not t.keep_done))
+      or r.has_dependants or r.batch_id is not null or r.dedupe_key is not null or r.notify_done;
 end;
 $$;
 
 comment on function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], int[], boolean[]) is
   'Inserts the rows p_rows, just deleted from pyjobq.job, into job_history as ended at p_now, each with the '
   'status, and the result, error and waiting count (where those arrays are given) at its position, and '
-  'without its worker where p_clear_workers says so.';
+  'without its worker where p_clear_workers says so; leaves out the DONE jobs of types that keep none, but '
+  'for those with dependants, a batch, a dedupe key or a watcher.';
 
 -- The partition of day p_day, made if it is missing: created alone, given
 -- the rows the default partition holds for its day, then attached, while
@@ -7196,6 +7244,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_type_grants()',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_history(int, boolean)',
    '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),

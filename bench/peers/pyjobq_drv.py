@@ -11,6 +11,8 @@ Settings are pyjobq's recommended ones:
   10 ms after the first of a batch finished, LISTEN/NOTIFY wake-ups).
   ``PYJOBQ_DRAIN=loop`` runs a bench-local loop instead: W connections, each
   ``claim(limit=PYJOBQ_LOOP_BATCH)`` then ``complete_many`` of what it got.
+  ``PYJOBQ_KEEP_DONE=0`` makes the job type keep none of its DONE jobs
+  (``job_type_set_history``): they are counted from the finish counts then.
 
 Beyond the common contract it has two commands of its own, for the
 pyjobq-only scenarios of run.py:
@@ -52,6 +54,7 @@ JOB_TYPE = 1
 ENQUEUE_BATCH = int(os.environ.get("PYJOBQ_ENQUEUE_BATCH", "20000"))
 DRAIN_MODE = os.environ.get("PYJOBQ_DRAIN", "worker")
 LOOP_BATCH = int(os.environ.get("PYJOBQ_LOOP_BATCH", "50"))
+KEEP_DONE = os.environ.get("PYJOBQ_KEEP_DONE", "1") != "0"
 # Worker prefetch (jobs claimed ahead of free runners); unset = the Worker default.
 PREFETCH = int(os.environ["PYJOBQ_PREFETCH"]) if os.environ.get("PYJOBQ_PREFETCH") else None
 # Most completions per job_complete_many call; unset = the Worker default.
@@ -102,12 +105,16 @@ def worker_settings(w: int) -> dict[str, Any]:
 
 async def setup() -> dict[str, Any]:
     await asyncio.to_thread(migrate, dsn())
+    if not KEEP_DONE:
+        async with await connect() as conn:
+            await AsyncJobQueue(conn).type_set_history(JOB_TYPE, keep_done=False)
     return {
         "version": pyjobq_version(),
         "settings": {
             "enqueue": f"job_enqueue_many, {ENQUEUE_BATCH} jobs per call, one transaction",
             **worker_settings(0),
             "driver": "psycopg 3 (async)",
+            "keep_done": KEEP_DONE,
         },
     }
 
@@ -126,7 +133,15 @@ async def enqueue(n: int) -> float:
 async def count_status() -> dict[int, int]:
     async with await connect() as conn:
         cur = await conn.execute("select status, count(*) from pyjobq.job_all group by status")
-        return {int(s): int(c) for s, c in await cur.fetchall()}
+        counts = {int(s): int(c) for s, c in await cur.fetchall()}
+        if not KEEP_DONE:  # the DONE jobs that were not kept, from the finish counts
+            cur = await conn.execute(
+                "select coalesce(sum(completed), 0) from pyjobq.job_stat where job_type = %s",
+                (JOB_TYPE,),
+            )
+            row = await cur.fetchone()
+            counts[3] = int(row[0]) if row else 0
+        return counts
 
 
 async def count_done() -> int:

@@ -8,7 +8,11 @@ round's jobs/s, each side's median and range, and the per-round ratio now / befo
 costs the queue's own SQL on jobs that do not use it, with the machine's drift shared by both;
 and each side's WAL bytes per job drained (the server's flushed WAL position around the drain).
 
-``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]``
+``--payload-bytes`` gives each job a payload of about that many bytes (``{"data": "xx…"}``;
+0, the default, is ``{}``).
+
+``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]
+[--payload-bytes 0]``
 """
 
 from __future__ import annotations
@@ -28,12 +32,25 @@ from sqlloop import drain_loop, enqueue_empty
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def enqueue(conn: psycopg.Connection[tuple[object, ...]], jobs: int, size: int) -> None:
+    """``jobs`` jobs of type 1 in one call, each with a payload of about ``size`` bytes."""
+    if size == 0:
+        enqueue_empty(conn, 1, jobs)
+        return
+    conn.execute(
+        "select count(*) from pyjobq.job_enqueue_many(1, array(select"
+        " jsonb_build_object('data', repeat('x', %s::int - 12)) from generate_series(1, %s::int)))",
+        (size, jobs),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="a commit whose schema to compare with")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--payload-bytes", type=int, default=0)
     args = parser.parse_args()
     schemas = {
         "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
@@ -64,7 +81,7 @@ def main() -> None:
                     )
                     conn.execute(f"truncate {tables}")
                     conn.execute(f"vacuum analyze {tables}")
-                    enqueue_empty(conn, 1, args.jobs)
+                    enqueue(conn, args.jobs, args.payload_bytes)
                     start = conn.execute(flushed).fetchone()
                     started = time.perf_counter()
                     done = drain_loop(conn, "ab", args.batch).jobs

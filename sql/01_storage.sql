@@ -142,7 +142,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 49
+  select 50
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -209,34 +209,42 @@ create sequence pyjobq.job_seq;
 -- PENDING at a position before the claim order's current front; see job_claim.
 create sequence pyjobq.job_claim_epoch;
 
+-- The columns in the order of how often they change. A row's update within
+-- its page logs only the bytes between the first and the last that changed,
+-- so what never changes comes first (the payload among it), and what every
+-- claim sets comes last: a claim, a renewal or a retry logs neither the
+-- payload nor the metadata (schema 50; docs/performance.md, "WAL per job").
 create table pyjobq.job (
+  -- Set at the enqueue, never changed while the job is in this table.
   job_id uuid not null default gen_random_uuid(),
   job_type smallint not null,
-  status smallint not null default 1,
   priority smallint not null default 100,
-  payload jsonb not null default '{}',
-  result jsonb,
-  dedupe_key varchar(200),
-  attempts smallint not null default 0,
   max_attempts smallint not null default 3,
-  run_after timestamptz not null,
-  lease_until timestamptz,
-  worker_id varchar(80),
-  run_started_at timestamptz,
-  last_error text,
   created_at timestamptz not null,
-  updated_at timestamptz not null,
   seq bigint not null default nextval('pyjobq.job_seq'),
-  attempts_refunded smallint not null default 0,
-  notify_done boolean not null default false,
-  lease_token uuid,
-  concurrency_key varchar(200),
   fair_rank bigint,
+  payload jsonb not null default '{}',
+  dedupe_key varchar(200),
+  concurrency_key varchar(200),
   metadata jsonb,
-  waiting_on int,
-  run_on_parent_failure boolean,
-  has_dependants boolean not null default false,
   batch_id uuid,
+  run_on_parent_failure boolean,
+  -- Changed by some transitions (a watch, a dependant, a retry, a release).
+  result jsonb,
+  notify_done boolean not null default false,
+  has_dependants boolean not null default false,
+  waiting_on int,
+  attempts_refunded smallint not null default 0,
+  run_after timestamptz not null,
+  last_error text,
+  -- Changed by every claim.
+  status smallint not null default 1,
+  attempts smallint not null default 0,
+  worker_id varchar(80),
+  lease_token uuid,
+  lease_until timestamptz,
+  run_started_at timestamptz,
+  updated_at timestamptz not null,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -430,8 +438,39 @@ create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
 -- transaction, so every snapshot sees the job in exactly one of the two;
 -- job_redrive moves it back. The rows of a day without its partition (not
 -- yet created by job_history_maintain) go to job_history_default.
-create table pyjobq.job_history (like pyjobq.job)
-  partition by range (updated_at);
+--
+-- Its columns keep the job table's order before schema 50, so that the
+-- partitions of an install upgraded across it and those of a new one are
+-- alike: the functions that move rows between the two tables name columns.
+create table pyjobq.job_history (
+  job_id uuid not null,
+  job_type smallint not null,
+  status smallint not null,
+  priority smallint not null,
+  payload jsonb not null,
+  result jsonb,
+  dedupe_key varchar(200),
+  attempts smallint not null,
+  max_attempts smallint not null,
+  run_after timestamptz not null,
+  lease_until timestamptz,
+  worker_id varchar(80),
+  run_started_at timestamptz,
+  last_error text,
+  created_at timestamptz not null,
+  updated_at timestamptz not null,
+  seq bigint not null,
+  attempts_refunded smallint not null,
+  notify_done boolean not null,
+  lease_token uuid,
+  concurrency_key varchar(200),
+  fair_rank bigint,
+  metadata jsonb,
+  waiting_on int,
+  run_on_parent_failure boolean,
+  has_dependants boolean not null,
+  batch_id uuid
+) partition by range (updated_at);
 
 alter table pyjobq.job_history add constraint job_history_ended check (status between 3 and 5);
 
@@ -479,7 +518,11 @@ create index job_history_graph_idx on pyjobq.job_history (job_id)
 -- Every job, live or ended: what the inspection functions read, and what a
 -- person reads with psql.
 create view pyjobq.job_all as
-  select * from pyjobq.job
+  select job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+         lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+         notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+         has_dependants, batch_id
+    from pyjobq.job
   union all
   select * from pyjobq.job_history;
 

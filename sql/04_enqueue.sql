@@ -139,7 +139,7 @@ as $$
 declare
   v_seq bigint;
   v_new_id uuid;
-  v_row pyjobq.job;
+  v_row pyjobq.job_history;
   v_id uuid;
   v_ended uuid;
   v_status smallint := 1;
@@ -183,7 +183,7 @@ begin
     -- One id: _new_job_ids's, without the set-returning call that a batch needs.
     v_seq := nextval('pyjobq.job_seq');
     v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
-    -- The row in the tables' column order; born CANCELLED, it is history at
+    -- The row in the history's column order; born CANCELLED, it is history at
     -- once. A fair rank only for a type with fair share: asked in the row's
     -- own statement, it costs the others no call.
     v_row := row(v_new_id, p_job_type, v_status, p_priority, p_payload, null, p_dedupe_key, 0, p_max_attempts,
@@ -198,7 +198,11 @@ begin
       insert into pyjobq.job_history select (v_row).*;
       v_id := v_new_id;
     else
-      insert into pyjobq.job as j select (v_row).*
+      insert into pyjobq.job as j
+        (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+         lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+         notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+         has_dependants, batch_id) select (v_row).*
       on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
       returning j.job_id into v_id;
     end if;

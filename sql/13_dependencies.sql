@@ -288,7 +288,7 @@ begin
   end loop;
   v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
 
-  -- The rows in the tables' column order; those born CANCELLED are history at once.
+  -- The rows in the history's column order; those born CANCELLED are history at once.
   with new_job as (
     select v_ids[i] as job_id, p_job_type::smallint as job_type,
            (case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end)::smallint as status,
@@ -308,6 +308,10 @@ begin
     select n.* from new_job n where n.status = 5
   )
   insert into pyjobq.job
+    (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+     lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+     notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+     has_dependants, batch_id)
   select n.* from new_job n where n.status <> 5 order by n.seq;
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
   select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]

@@ -162,7 +162,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 49
+  select 50
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -229,34 +229,42 @@ create sequence pyjobq.job_seq;
 -- PENDING at a position before the claim order's current front; see job_claim.
 create sequence pyjobq.job_claim_epoch;
 
+-- The columns in the order of how often they change. A row's update within
+-- its page logs only the bytes between the first and the last that changed,
+-- so what never changes comes first (the payload among it), and what every
+-- claim sets comes last: a claim, a renewal or a retry logs neither the
+-- payload nor the metadata (schema 50; docs/performance.md, "WAL per job").
 create table pyjobq.job (
+  -- Set at the enqueue, never changed while the job is in this table.
   job_id uuid not null default gen_random_uuid(),
   job_type smallint not null,
-  status smallint not null default 1,
   priority smallint not null default 100,
-  payload jsonb not null default '{}',
-  result jsonb,
-  dedupe_key varchar(200),
-  attempts smallint not null default 0,
   max_attempts smallint not null default 3,
-  run_after timestamptz not null,
-  lease_until timestamptz,
-  worker_id varchar(80),
-  run_started_at timestamptz,
-  last_error text,
   created_at timestamptz not null,
-  updated_at timestamptz not null,
   seq bigint not null default nextval('pyjobq.job_seq'),
-  attempts_refunded smallint not null default 0,
-  notify_done boolean not null default false,
-  lease_token uuid,
-  concurrency_key varchar(200),
   fair_rank bigint,
+  payload jsonb not null default '{}',
+  dedupe_key varchar(200),
+  concurrency_key varchar(200),
   metadata jsonb,
-  waiting_on int,
-  run_on_parent_failure boolean,
-  has_dependants boolean not null default false,
   batch_id uuid,
+  run_on_parent_failure boolean,
+  -- Changed by some transitions (a watch, a dependant, a retry, a release).
+  result jsonb,
+  notify_done boolean not null default false,
+  has_dependants boolean not null default false,
+  waiting_on int,
+  attempts_refunded smallint not null default 0,
+  run_after timestamptz not null,
+  last_error text,
+  -- Changed by every claim.
+  status smallint not null default 1,
+  attempts smallint not null default 0,
+  worker_id varchar(80),
+  lease_token uuid,
+  lease_until timestamptz,
+  run_started_at timestamptz,
+  updated_at timestamptz not null,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -450,8 +458,39 @@ create index job_batch_idx on pyjobq.job (batch_id) where batch_id is not null;
 -- transaction, so every snapshot sees the job in exactly one of the two;
 -- job_redrive moves it back. The rows of a day without its partition (not
 -- yet created by job_history_maintain) go to job_history_default.
-create table pyjobq.job_history (like pyjobq.job)
-  partition by range (updated_at);
+--
+-- Its columns keep the job table's order before schema 50, so that the
+-- partitions of an install upgraded across it and those of a new one are
+-- alike: the functions that move rows between the two tables name columns.
+create table pyjobq.job_history (
+  job_id uuid not null,
+  job_type smallint not null,
+  status smallint not null,
+  priority smallint not null,
+  payload jsonb not null,
+  result jsonb,
+  dedupe_key varchar(200),
+  attempts smallint not null,
+  max_attempts smallint not null,
+  run_after timestamptz not null,
+  lease_until timestamptz,
+  worker_id varchar(80),
+  run_started_at timestamptz,
+  last_error text,
+  created_at timestamptz not null,
+  updated_at timestamptz not null,
+  seq bigint not null,
+  attempts_refunded smallint not null,
+  notify_done boolean not null,
+  lease_token uuid,
+  concurrency_key varchar(200),
+  fair_rank bigint,
+  metadata jsonb,
+  waiting_on int,
+  run_on_parent_failure boolean,
+  has_dependants boolean not null,
+  batch_id uuid
+) partition by range (updated_at);
 
 alter table pyjobq.job_history add constraint job_history_ended check (status between 3 and 5);
 
@@ -499,7 +538,11 @@ create index job_history_graph_idx on pyjobq.job_history (job_id)
 -- Every job, live or ended: what the inspection functions read, and what a
 -- person reads with psql.
 create view pyjobq.job_all as
-  select * from pyjobq.job
+  select job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+         lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+         notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+         has_dependants, batch_id
+    from pyjobq.job
   union all
   select * from pyjobq.job_history;
 
@@ -1641,7 +1684,7 @@ as $$
 declare
   v_seq bigint;
   v_new_id uuid;
-  v_row pyjobq.job;
+  v_row pyjobq.job_history;
   v_id uuid;
   v_ended uuid;
   v_status smallint := 1;
@@ -1685,7 +1728,7 @@ begin
     -- One id: _new_job_ids's, without the set-returning call that a batch needs.
     v_seq := nextval('pyjobq.job_seq');
     v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
-    -- The row in the tables' column order; born CANCELLED, it is history at
+    -- The row in the history's column order; born CANCELLED, it is history at
     -- once. A fair rank only for a type with fair share: asked in the row's
     -- own statement, it costs the others no call.
     v_row := row(v_new_id, p_job_type, v_status, p_priority, p_payload, null, p_dedupe_key, 0, p_max_attempts,
@@ -1700,7 +1743,11 @@ begin
       insert into pyjobq.job_history select (v_row).*;
       v_id := v_new_id;
     else
-      insert into pyjobq.job as j select (v_row).*
+      insert into pyjobq.job as j
+        (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+         lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+         notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+         has_dependants, batch_id) select (v_row).*
       on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
       returning j.job_id into v_id;
     end if;
@@ -6004,7 +6051,7 @@ begin
   end loop;
   v_ranks := pyjobq._fair_ranks(p_job_type, p_priority, p_concurrency_keys, v_count, p_now);
 
-  -- The rows in the tables' column order; those born CANCELLED are history at once.
+  -- The rows in the history's column order; those born CANCELLED are history at once.
   with new_job as (
     select v_ids[i] as job_id, p_job_type::smallint as job_type,
            (case when v_cancel[i] then 5 when v_wait[i] > 0 then 6 else 1 end)::smallint as status,
@@ -6024,6 +6071,10 @@ begin
     select n.* from new_job n where n.status = 5
   )
   insert into pyjobq.job
+    (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
+     lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
+     notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
+     has_dependants, batch_id)
   select n.* from new_job n where n.status <> 5 order by n.seq;
   insert into pyjobq.job_edge (parent_id, child_id, ord, resolved)
   select v_parent[e], v_ids[v_child[e]], v_k[e], not v_active[e]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from psycopg.rows import class_row, tuple_row
@@ -46,6 +47,8 @@ from pyjobq.rows import (
     ReapedJob,
     Release,
     Renewal,
+    Step,
+    StepSaved,
     Watched,
 )
 from pyjobq.tracing import with_trace_context
@@ -369,6 +372,33 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
             optional_list(lease_tokens),
         )
         return await self._rows(Renewal, statements.RENEW_LEASE_MANY, params)
+
+    async def step_save(
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        name: str,
+        result: Any = None,
+        lease_token: UUID | None = None,
+    ) -> StepSaved:
+        """``job_step_save``: record that step ``name`` of a held job finished with ``result``
+        (any JSON value, or a ``Jsonb`` already encoded).
+
+        ``saved`` is false when the step was recorded before: the stored result stays and is
+        returned. Called on the connection whose transaction makes the step's own writes, a
+        caller that gets ``saved=False`` must roll that transaction back. Raises
+        :class:`~pyjobq.errors.LeaseLost` when ``worker_id`` no longer holds ``attempt``.
+        """
+        params = (job_id, worker_id, attempt, name, jsonb(result), lease_token)
+        return await self._one(StepSaved, statements.STEP_SAVE, params)
+
+    async def steps(
+        self, job_id: UUID, worker_id: str, attempt: int, lease_token: UUID | None = None
+    ) -> list[Step]:
+        """``job_steps``: the steps recorded for a held job, in the order they were saved."""
+        params = (job_id, worker_id, attempt, lease_token)
+        return await self._rows(Step, statements.STEPS, params)
 
     async def release(
         self, job_id: UUID, worker_id: str, attempt: int, lease_token: UUID | None = None

@@ -92,6 +92,28 @@ class Renewal:
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """A row of ``job_steps``: a step of the job its handler finished, with its result (any
+    JSON), and the attempt that recorded it when."""
+
+    name: str
+    result: Any
+    attempt: int
+    saved_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StepSaved:
+    """The row of ``job_step_save``: ``saved`` is false when the step was recorded before, and
+    ``result``, ``attempt`` and ``saved_at`` are then that record's."""
+
+    saved: bool
+    result: Any
+    attempt: int
+    saved_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Dependency:
     """A row of ``job_dependencies``: a parent or a dependant (``relation``) of the job asked
     about, its status now (None once pruned), and whether the edge is resolved (the parent

@@ -81,6 +81,14 @@ RENEW_LEASE_MANY: LiteralString = (
     "select job_id, renewed, lease_until, cancelled from pyjobq.job_renew_lease_many("
     "%s::text, %s::uuid[], %s::int[], %s::int, %s::uuid[])"
 )
+STEP_SAVE: LiteralString = (
+    "select saved, result, attempt, saved_at from pyjobq.job_step_save("
+    "%s::uuid, %s::text, %s::int, %s::text, %s::jsonb, %s::uuid)"
+)
+STEPS: LiteralString = (
+    "select name, result, attempt, saved_at from pyjobq.job_steps("
+    "%s::uuid, %s::text, %s::int, %s::uuid)"
+)
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int, %s::uuid)"
 RELEASE_MANY: LiteralString = (
     "select job_id, released from pyjobq.job_release_many("

@@ -9,6 +9,7 @@
 --   07_limited_claim.sql
 --   08_finish.sql
 --   08_leases.sql
+--   08_steps.sql
 --   09_inspect.sql
 --   10_operations.sql
 --   11_schedules.sql
@@ -37,6 +38,7 @@
 --   job_next_chores                  -> when a schedule next ticks and a lease next expires (its other alarms)
 --   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
+--   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
 --   job_finish_many                  -> each attempt DONE, failed or DEAD, in one call (a worker's flush)
@@ -162,7 +164,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 50
+  select 51
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -406,6 +408,27 @@ create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
 comment on table pyjobq.job_edge is
   'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
   'job_enqueue(_many) with p_depends_on and by the end of the parent.';
+
+-- Steps: the units of work a job's handler finished, by name, so that a
+-- later attempt of the same job reads a step's result instead of doing the
+-- work again (job_step_save, job_steps). The primary key is the fence: two
+-- attempts that both ran a step (the first one's lease lost meanwhile) race
+-- for one row, and the second insert waits for the first one's transaction,
+-- then stores nothing. Rows stay after the job ends (its story) and go with
+-- it when job_prune deletes it.
+create table pyjobq.job_step (
+  job_id uuid not null,
+  name varchar(200) not null,
+  attempt smallint not null,
+  worker_id varchar(80) not null,
+  saved_at timestamptz not null,
+  result jsonb,
+  constraint job_step_pkey primary key (job_id, name)
+);
+
+comment on table pyjobq.job_step is
+  'The steps of jobs that their handlers finished: the attempt and worker that recorded each, when, and its '
+  'result. Written by job_step_save, deleted by job_prune with their jobs.';
 
 -- Batches: a counter row per batch, which each member's enqueue and end
 -- update (once per call), and whose callbacks are enqueued by the call that
@@ -4109,6 +4132,115 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
+-- Steps -----------------------------------------------------------------------
+
+-- A handler's named units of work (pyjobq.job_step): the attempt that holds
+-- the job records each step as it finishes, and a later attempt of the same
+-- job reads them back instead of doing the work again. Only the holder reads
+-- or writes them, as it would finish the job.
+
+-- Raises, as a holder's call on job p_job_id that could not act would, unless
+-- p_worker_id holds attempt p_attempt of it with lease token p_lease_token.
+create function pyjobq._check_holds(p_job_id uuid, p_worker_id text, p_attempt int, p_lease_token uuid)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_denied smallint[] := pyjobq._denied_types('work');
+begin
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
+  if not exists (select
+                   from pyjobq.job j
+                  where j.job_id = p_job_id
+                    and pyjobq._holds(j, p_worker_id, p_attempt, p_lease_token, v_denied)) then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_holds(uuid, text, int, uuid) is
+  'Raises as _check_holder and _raise_not_held do unless p_worker_id holds attempt p_attempt of job p_job_id '
+  'with lease token p_lease_token (any when null), of a type the caller may work.';
+
+create function pyjobq.job_step_save(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_name text,
+  p_result jsonb default null,
+  p_lease_token uuid default null
+)
+returns table (saved boolean, result jsonb, attempt int, saved_at timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_text('p_name', p_name, 200, false);
+  if pg_column_size(p_result) > 1048576 then
+    raise exception 'p_result must be at most 1 MiB'
+      using errcode = '22023',
+            detail = format('p_result took %s bytes.', pg_column_size(p_result)),
+            hint = 'Store a large result elsewhere and keep its key in the step.';
+  end if;
+  perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  -- The primary key is the fence between two attempts that both ran the step
+  -- (the first one's lease was lost meanwhile): the second insert waits for
+  -- the first one's transaction and, once it committed, stores nothing.
+  return query
+  insert into pyjobq.job_step as s (job_id, name, attempt, worker_id, saved_at, result)
+  values (p_job_id, p_name, p_attempt, p_worker_id, v_now, p_result)
+  on conflict on constraint job_step_pkey do nothing
+  returning true, s.result, s.attempt::int, s.saved_at;
+  if not found then
+    return query
+    select false, s.result, s.attempt::int, s.saved_at
+      from pyjobq.job_step s
+     where s.job_id = p_job_id
+       and s.name = p_name;
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_step_save(uuid, text, int, text, jsonb, uuid) is
+  'Records that step p_name (1 to 200 characters) of job p_job_id finished with p_result (any JSON up to '
+  '1 MiB, or null), if p_worker_id holds attempt p_attempt of it with lease token p_lease_token; raises JQ001, '
+  'JQ002, JQ003 or JQ005 as job_complete does when it does not. Returns saved = true and what it stored, or, '
+  'when the step was recorded before (by this attempt or an earlier one), saved = false and the stored result, '
+  'attempt and time, which stay. Called in the transaction that makes the step''s own writes, it makes them '
+  'happen once: an attempt that gets saved = false must roll that transaction back and take the stored result.';
+
+create function pyjobq.job_steps(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_lease_token uuid default null
+)
+returns table (name text, result jsonb, attempt int, saved_at timestamptz)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  return query
+  select s.name::text, s.result, s.attempt::int, s.saved_at
+    from pyjobq.job_step s
+   where s.job_id = p_job_id
+   order by s.saved_at, s.name;
+end;
+$$;
+
+comment on function pyjobq.job_steps(uuid, text, int, uuid) is
+  'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
+  'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
+
 -- Inspection ------------------------------------------------------------------
 --
 -- What a person or a program asks of the queue: counts per type and status,
@@ -7097,6 +7229,15 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select v_deleted + count(*) into v_deleted from deleted;
+  -- The steps of the jobs gone, up to p_limit: those of a job enqueued before
+  -- the cutoff (its id says when) that is neither active nor in the history.
+  delete from pyjobq.job_step s
+   using (select distinct d.job_id
+            from pyjobq.job_step d
+           where d.job_id < pyjobq._job_id_floor(v_cutoff)
+             and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
+           limit v_limit) g
+   where s.job_id = g.job_id;
   -- A finished batch goes once its members have.
   delete from pyjobq.job_batch b
    where b.finished_at < v_cutoff
@@ -7120,7 +7261,7 @@ $$;
 
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
-  'a parent with a dependant yet to end), with their dependency edges: first every day of history that ended '
+  'a parent with a dependant yet to end), with their dependency edges and steps: first every day of history that ended '
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
@@ -7243,6 +7384,10 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_renew_lease(uuid, text, int, int, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_renew_lease_many(text, uuid[], int[], int, uuid[])',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_step_save(uuid, text, int, text, jsonb, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_steps(uuid, text, int, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_release(uuid, text, int, uuid)',
    '{pyjobq_worker}'),

@@ -77,6 +77,8 @@ ALLOWED = {
         "job_renew_lease_many",
         "job_release",
         "job_release_many",
+        "job_step_save",
+        "job_steps",
         "job_reap",
         "job_schedule_tick",
         "job_next_chores",

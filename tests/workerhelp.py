@@ -102,10 +102,13 @@ def running(worker: Worker) -> Iterator[Running]:
             r.stop()
 
 
-def spawn_worker(dsn: str, tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
-    """A CLI worker process; its sessions (and its handlers') carry application_name test-NAME."""
+def spawn_worker(
+    dsn: str, tmp: Path, name: str, *args: str, handlers: str = "HANDLERS"
+) -> subprocess.Popen[bytes]:
+    """A CLI worker process running ``handlers`` of tests.worker_handlers; its sessions (and its
+    handlers') carry application_name test-NAME."""
     command = [
-        sys.executable, "-m", "pyjobq", "worker", "tests.worker_handlers:HANDLERS",
+        sys.executable, "-m", "pyjobq", "worker", f"tests.worker_handlers:{handlers}",
         "--dsn", dsn, "--metrics-file", str(tmp / f"{name}.json"), *args,
     ]  # fmt: skip
     env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"test-{name}"}

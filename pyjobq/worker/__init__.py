@@ -25,6 +25,9 @@ this package, and :class:`Worker` (``runtime``) wires them together from one
   ``reap_interval`` or ``schedule_interval`` after: an idle worker with nothing to reap or
   tick sends its claims only.
 
+A handler may use its job's context (``context``: :func:`job_context`, :func:`sync_job_context`)
+to record checkpointed steps that a later attempt reuses.
+
 A handler's failure, lost lease or cancel is recorded by ``outcomes``; a stop is carried out
 by ``shutdown``. Every statement goes through one wrapper that counts round trips. No job and
 no database error stops the worker, only :meth:`Worker.stop` (or a signal) does:
@@ -44,6 +47,7 @@ no database error stops the worker, only :meth:`Worker.stop` (or a signal) does:
 """
 
 from pyjobq.worker.config import WorkerConfig
+from pyjobq.worker.context import JobContext, SyncJobContext, job_context, sync_job_context
 from pyjobq.worker.outcomes import DeadLetter, Retry, error_text, is_cancelled
 from pyjobq.worker.running import AsyncHandler, Handler, SyncHandler
 from pyjobq.worker.runtime import Worker, make_worker_id
@@ -52,11 +56,15 @@ __all__ = [
     "AsyncHandler",
     "DeadLetter",
     "Handler",
+    "JobContext",
     "Retry",
     "SyncHandler",
+    "SyncJobContext",
     "Worker",
     "WorkerConfig",
     "error_text",
     "is_cancelled",
+    "job_context",
     "make_worker_id",
+    "sync_job_context",
 ]

@@ -19,6 +19,7 @@ from pyjobq.storable import UnstorableResult, encode_result
 from pyjobq.tracing import handler_span, in_current_context
 from pyjobq.worker.claiming import Claimer
 from pyjobq.worker.config import WorkerConfig
+from pyjobq.worker.context import RunningJob, running
 from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry
 from pyjobq.worker.state import Held, WorkerState
 
@@ -103,14 +104,16 @@ class Runner:
         # sync one in the pool, and the watchdog stops either at its deadline.
         try:
             with handler_span(job, s.worker_id):
+                context = RunningJob(job, s.worker_id, s.queue, asyncio.get_running_loop())
                 if job.job_type in self.outcomes.async_types:
                     held.runner = asyncio.current_task()
                     try:
-                        result = await handler(job)  # type: ignore[misc]
+                        with running(context):
+                            result = await handler(job)  # type: ignore[misc]
                     finally:
                         self.outcomes.end_cancellable(held)
                 else:
-                    held.task = self.in_thread(held, handler)
+                    held.task = self.in_thread(held, handler, context)
                     result = await held.task
         except asyncio.CancelledError:
             if held.timed_out:
@@ -182,13 +185,21 @@ class Runner:
         timeout = TimeoutError(f"handler did not finish within {held.deadline_seconds}s")
         self.outcomes.fail(held, timeout, None, False)
 
-    def in_thread(self, held: Held, handler: Handler) -> asyncio.Future[Payload | None]:
-        """Run a sync handler in the pool; ``held.thread`` keeps the thread's own future, since
-        only it tells when the thread is free again."""
+    def in_thread(
+        self, held: Held, handler: Handler, context: RunningJob
+    ) -> asyncio.Future[Payload | None]:
+        """Run a sync handler in the pool, ``context`` its job's (sync_job_context);
+        ``held.thread`` keeps the thread's own future, since only it tells when the thread is
+        free again."""
         if self.executor is None:
             raise RuntimeError("a sync handler, yet no thread pool")
         sync = cast(SyncHandler, handler)
-        held.thread = self.executor.submit(in_current_context(sync), held.job)
+
+        def call(job: ClaimedJob) -> Payload | None:
+            with running(context):
+                return sync(job)
+
+        held.thread = self.executor.submit(in_current_context(call), held.job)
         return asyncio.wrap_future(held.thread)
 
     def linger(self, held: Held) -> None:

@@ -1,0 +1,225 @@
+"""A running job's context: what its handler may do beside returning, starting with checkpointed
+steps, named units of work recorded as each finishes (``job_step_save``) so that a later attempt
+of the same job takes a finished step's stored result instead of doing the work again.
+
+Inside a handler the worker runs, :func:`job_context` (async handlers) and
+:func:`sync_job_context` (sync ones) return it (both are in :mod:`pyjobq.worker`)::
+
+    async def ship(job: ClaimedJob) -> dict[str, Any]:
+        ctx = job_context()
+        charge = await ctx.step("charge", charge_card, job.payload["order"])
+        await ctx.step_tx(conn, "ship", record_shipment, conn, charge)
+        return {"charge": charge}
+
+``step`` runs the work and then records it, in a transaction of its own: what the work does
+outside the database happens at least once (a worker killed between the two runs it again),
+so it should be idempotent; :meth:`JobContext.idempotency_key` names it for the service it
+calls. ``step_tx`` runs the work in a transaction on the caller's connection and records the
+step in that same transaction: what the work writes to that database happens exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import psycopg
+
+from pyjobq.aio import AsyncJobQueue
+from pyjobq.queue import JobQueue
+from pyjobq.rows import ClaimedJob, StepSaved
+from pyjobq.storable import encode_result
+
+
+class _Recorded(Exception):
+    """The step was recorded before this run of it: leaving its transaction by this exception
+    rolls back what the run wrote; it carries the stored result out."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("step recorded before")
+        self.result = result
+
+
+class RunningJob:
+    """What the worker knows of the job a handler runs: the job, its holder, the worker's
+    queue and loop, and the steps recorded so far (read once, at the first step)."""
+
+    def __init__(
+        self,
+        job: ClaimedJob,
+        worker_id: str,
+        queue: AsyncJobQueue,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.job = job
+        self.worker_id = worker_id
+        self.queue = queue
+        self.loop = loop
+        self.recorded: dict[str, Any] | None = None
+
+    async def read_steps(self) -> dict[str, Any]:
+        """The recorded steps by name (``job_steps``), read at the first step only."""
+        if self.recorded is None:
+            job = self.job
+            rows = await self.queue.steps(job.job_id, self.worker_id, job.attempt, job.lease_token)
+            self.recorded = {row.name: row.result for row in rows}
+        return self.recorded
+
+    def save_args(self, name: str, value: object) -> tuple[Any, ...]:
+        """``step_save``'s arguments for step ``name`` that returned ``value``."""
+        job, result = self.job, encode_result(value)
+        return (job.job_id, self.worker_id, job.attempt, name, result, job.lease_token)
+
+    def remember(self, name: str, row: StepSaved) -> Any:
+        """Keep what the step's record holds (``value`` as stored, or the earlier record's)."""
+        if self.recorded is not None:
+            self.recorded[name] = row.result
+        if not row.saved:
+            raise _Recorded(row.result)
+        return row.result
+
+
+_running: ContextVar[RunningJob | None] = ContextVar("pyjobq_running_job", default=None)
+
+
+@contextmanager
+def running(job: RunningJob) -> Iterator[None]:
+    """Make ``job`` the one :func:`job_context` returns, for the handler run in this block."""
+    token = _running.set(job)
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def _current() -> RunningJob:
+    job = _running.get()
+    if job is None:
+        raise RuntimeError("no job runs here: job_context() works inside a worker's handler")
+    return job
+
+
+class JobContext:
+    """The context of the job an ``async`` handler runs (:func:`job_context`)."""
+
+    def __init__(self, running_job: RunningJob) -> None:
+        self._run = running_job
+
+    @property
+    def job(self) -> ClaimedJob:
+        return self._run.job
+
+    def idempotency_key(self, name: str) -> str:
+        """A key naming step ``name`` of this job, the same in every attempt: pass it to the
+        service a step calls, so that a step run again after a crash is not applied twice."""
+        return f"{self._run.job.job_id}:{name}"
+
+    async def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Step ``name``: its stored result if an earlier run recorded it, else what ``work``
+        returns (awaited when it is a coroutine), recorded (``job_step_save``) and returned as
+        stored (JSON). Raises :class:`~pyjobq.errors.LeaseLost` when the job is no longer
+        this attempt's."""
+        recorded = await self._run.read_steps()
+        if name in recorded:
+            return recorded[name]
+        value = work(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        row = await self._run.queue.step_save(*self._run.save_args(name, value))
+        try:
+            return self._run.remember(name, row)
+        except _Recorded as earlier:
+            return earlier.result
+
+    async def step_tx(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        name: str,
+        work: Callable[..., Any],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """Step ``name`` in a transaction on ``conn`` (a savepoint when one is open): ``work``
+        makes its writes there and the step is recorded in the same transaction, so they
+        happen once. An attempt that finds the step recorded by another (a lease lost while
+        it ran) rolls its writes back and returns the recorded result."""
+        recorded = await self._run.read_steps()
+        if name in recorded:
+            return recorded[name]
+        try:
+            async with conn.transaction():
+                value = work(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+                row = await AsyncJobQueue(conn).step_save(*self._run.save_args(name, value))
+                return self._run.remember(name, row)
+        except _Recorded as earlier:
+            return earlier.result
+
+
+class SyncJobContext:
+    """The context of the job a sync handler runs (:func:`sync_job_context`): the same steps,
+    called from the handler's thread."""
+
+    def __init__(self, running_job: RunningJob) -> None:
+        self._run = running_job
+
+    @property
+    def job(self) -> ClaimedJob:
+        return self._run.job
+
+    def idempotency_key(self, name: str) -> str:
+        """See :meth:`JobContext.idempotency_key`."""
+        return f"{self._run.job.job_id}:{name}"
+
+    def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """See :meth:`JobContext.step`; the calls go through the worker's connections."""
+        recorded = self._on_loop(self._run.read_steps())
+        if name in recorded:
+            return recorded[name]
+        value = work(*args, **kwargs)
+        row = self._on_loop(self._run.queue.step_save(*self._run.save_args(name, value)))
+        try:
+            return self._run.remember(name, row)
+        except _Recorded as earlier:
+            return earlier.result
+
+    def step_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        work: Callable[..., Any],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """See :meth:`JobContext.step_tx`."""
+        recorded = self._on_loop(self._run.read_steps())
+        if name in recorded:
+            return recorded[name]
+        try:
+            with conn.transaction():
+                value = work(*args, **kwargs)
+                row = JobQueue(conn).step_save(*self._run.save_args(name, value))
+                return self._run.remember(name, row)
+        except _Recorded as earlier:
+            return earlier.result
+
+    def _on_loop(self, call: Any) -> Any:
+        """Run a coroutine of the worker's on its loop, from the handler's thread."""
+        return asyncio.run_coroutine_threadsafe(call, self._run.loop).result()
+
+
+def job_context() -> JobContext:
+    """The context of the job the calling ``async`` handler runs; RuntimeError elsewhere."""
+    return JobContext(_current())
+
+
+def sync_job_context() -> SyncJobContext:
+    """The context of the job the calling sync handler runs; RuntimeError elsewhere."""
+    return SyncJobContext(_current())

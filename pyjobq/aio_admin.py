@@ -86,6 +86,11 @@ class AsyncQueueAdmin(AsyncCalls):
         Admins only."""
         await self._scalar(statements.TYPE_SET_HISTORY, (await self._code(job_type), keep_done))
 
+    async def type_set_snoozes(self, job_type: int | str, max_snoozes: int) -> None:
+        """``job_type_set_snoozes``: how many times a job of the type may snooze (0..10000, 1000
+        by default); the snooze past that makes it DEAD. Admins only."""
+        await self._scalar(statements.TYPE_SET_SNOOZES, (await self._code(job_type), max_snoozes))
+
     async def type_set_limits(
         self,
         job_type: int | str,

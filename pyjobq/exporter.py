@@ -2,7 +2,7 @@
 
 :class:`WorkerExporter` is a :class:`~pyjobq.metrics.WorkerHooks`: the worker feeds it what
 each job and statement did, and it keeps, in its own registry, per job type
-``pyjobq_jobs_{started,completed,failed,retried,dead}_total`` and
+``pyjobq_jobs_{started,completed,failed,retried,dead,snoozed}_total`` and
 ``pyjobq_jobs_interrupted_total`` (lease lost, cancelled, abandoned at shutdown), the
 histograms ``pyjobq_handler_duration_seconds`` and ``pyjobq_claim_to_start_seconds``, and per
 statement ``pyjobq_statement_duration_seconds`` (each one's count is its round trips) and
@@ -47,6 +47,7 @@ class WorkerExporter(WorkerHooks):
         self.failed = jobs("failed", "Attempts that failed: retried or dead.")
         self.retried = jobs("retried", "Failed attempts with tries left: PENDING again.")
         self.dead = jobs("dead", "Failed attempts that made the job DEAD.")
+        self.snoozed = jobs("snoozed", "Attempts that snoozed: PENDING again, the try given back.")
         self.interrupted = Counter(
             "pyjobq_jobs_interrupted",
             "Jobs this worker stopped holding without an outcome of its own.",
@@ -107,6 +108,8 @@ class WorkerExporter(WorkerHooks):
         elif outcome in FAILED:
             self.failed.labels(kind).inc()
             (self.retried if outcome == "retry" else self.dead).labels(kind).inc()
+        elif outcome == "snoozed":
+            self.snoozed.labels(kind).inc()
         else:
             self.interrupted.labels(kind, outcome).inc()
             return

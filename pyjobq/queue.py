@@ -316,7 +316,8 @@ class JobQueue(Batches, QueueAdmin):
     ) -> list[Finish]:
         """``job_finish_many``: end up to 10000 held attempts in one round trip and one
         transaction, each as its outcome says: ``"done"`` (with its result), ``"failed"`` (its
-        error kept; retried after its delay or the backoff while tries are left) or ``"dead"``.
+        error kept; retried after its delay or the backoff while tries are left), ``"dead"`` or
+        ``"snoozed"`` (PENDING again after its delay, the try given back).
 
         Returns one :class:`Finish` per job, in input order: the new status, or ``None`` for a
         job no longer held (left alone); an attempt this holder already ended (a retry after a

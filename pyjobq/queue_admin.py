@@ -81,6 +81,11 @@ class QueueAdmin(Calls):
         Admins only."""
         self._scalar(statements.TYPE_SET_HISTORY, (self._code(job_type), keep_done))
 
+    def type_set_snoozes(self, job_type: int | str, max_snoozes: int) -> None:
+        """``job_type_set_snoozes``: how many times a job of the type may snooze (0..10000, 1000
+        by default); the snooze past that makes it DEAD. Admins only."""
+        self._scalar(statements.TYPE_SET_SNOOZES, (self._code(job_type), max_snoozes))
+
     def type_set_limits(
         self,
         job_type: int | str,

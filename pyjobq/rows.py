@@ -193,8 +193,8 @@ class Release:
 
 
 # How a holder ends an attempt in ``job_finish_many``: DONE, failed (retried while tries are
-# left, else DEAD) or DEAD at once.
-Outcome = Literal["done", "failed", "dead"]
+# left, else DEAD), DEAD at once, or snoozed (PENDING again after its delay, the try given back).
+Outcome = Literal["done", "failed", "dead", "snoozed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,8 +326,9 @@ class JobTypeInfo:
 
 @dataclass(frozen=True, slots=True)
 class TypePolicy:
-    """A row of ``job_type_policies``: a type's retry policy, defaults filled in, and whether
-    its DONE jobs are kept in the history (``keep_done``)."""
+    """A row of ``job_type_policies``: a type's retry policy, defaults filled in, whether its
+    DONE jobs are kept in the history (``keep_done``), and how many times a job may snooze
+    (``max_snoozes``)."""
 
     job_type: int
     name: str
@@ -337,6 +338,7 @@ class TypePolicy:
     backoff_jitter: float
     timeout_seconds: float
     keep_done: bool
+    max_snoozes: int
 
 
 @dataclass(frozen=True, slots=True)

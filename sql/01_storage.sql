@@ -20,7 +20,7 @@
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
---   job_finish_many                  -> each attempt DONE, failed or DEAD, in one call (a worker's flush)
+--   job_finish_many                  -> each attempt DONE, failed, DEAD or snoozed (PENDING, its try given back), in one call
 --   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
@@ -143,7 +143,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 51
+  select 52
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -179,6 +179,8 @@ create table pyjobq.job_type (
   -- Whether the type's DONE jobs go to job_history (job_type_set_history):
   -- false ends them with the delete alone, as a queue that keeps nothing does.
   keep_done boolean not null default true,
+  -- How many times a job of the type may snooze (job_type_set_snoozes).
+  max_snoozes int not null default 1000,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -246,6 +248,8 @@ create table pyjobq.job (
   lease_until timestamptz,
   run_started_at timestamptz,
   updated_at timestamptz not null,
+  -- Changed by a snooze (last: it came after the others, without a rewrite).
+  snoozes smallint not null default 0,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -293,6 +297,9 @@ comment on column pyjobq.job.batch_id is
   'The batch the job belongs to (job_enqueue''s p_batch_id), whose counts its end updates; null: none.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
+comment on column pyjobq.job.snoozes is
+  'How many times a handler put the job back to sleep (job_finish_many''s snoozed): each gives its claim back, '
+  'as attempts_refunded counts, and job_type_set_snoozes bounds them. Not kept in the history.';
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';

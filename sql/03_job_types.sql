@@ -134,6 +134,30 @@ comment on function pyjobq.job_type_set_history(int, boolean) is
   'job with dependants, in a batch, with a dedupe key or watched (job_watch) is kept; DEAD and CANCELLED jobs '
   'always are. Applies to the jobs that end from the commit on.';
 
+-- How many times a job may put itself back to sleep (a snooze: PENDING until
+-- a time, its try given back). A handler that waits for something by snoozing
+-- in a loop is bounded here; past the bound its job goes DEAD.
+create function pyjobq.job_type_set_snoozes(p_job_type int, p_max_snoozes int)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_range('p_max_snoozes', p_max_snoozes, 0, 10000);
+  update pyjobq.job_type t
+     set max_snoozes = p_max_snoozes
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_snoozes(int, int) is
+  'Sets how many times a job of type p_job_type may snooze (0..10000; 1000 by default): the snooze past that '
+  'makes it DEAD instead. Applies to the snoozes from the commit on.';
+
 create function pyjobq.job_type_policies()
 returns table (
   job_type int,
@@ -143,7 +167,8 @@ returns table (
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
   timeout_seconds double precision,
-  keep_done boolean
+  keep_done boolean,
+  max_snoozes int
 )
 language sql
 stable
@@ -152,15 +177,15 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes
     from pyjobq.job_type t
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, the deadline of an attempt in seconds from its claim, and whether its DONE jobs are kept '
-  'in job_history (job_type_set_history).';
+  'cap and jitter, the deadline of an attempt in seconds from its claim, whether its DONE jobs are kept in '
+  'job_history (job_type_set_history), and how many times a job may snooze (job_type_set_snoozes).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).

@@ -21,8 +21,9 @@ create type pyjobq.job_end as (
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
-  'when null), the outcome (done, failed, dead, released, expired or cancelled), the result of a done attempt, '
-  'the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff), and the '
+  'when null), the outcome (done, failed, dead, released, snoozed, expired or cancelled), the result of a done '
+  'attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff) or '
+  'the end of its snooze (null: now), and the '
   'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
@@ -49,8 +50,8 @@ comment on function pyjobq._holds(pyjobq.job, text, int, uuid, smallint[]) is
 
 -- Where outcome p_outcome takes the RUNNING job p_job: 3 DONE, 4 DEAD, 5
 -- CANCELLED, or 1 PENDING again for a failure or an expired lease with tries
--- left, and for a release (which gives its try back) unless its claim
--- counter is spent.
+-- left, and for a release or a snooze (which give their try back) unless
+-- its claim counter is spent.
 create function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
 returns smallint
 language sql
@@ -61,7 +62,7 @@ begin atomic
            when 'dead' then 4
            when 'cancelled' then 5
            else case when pyjobq._tries_left(p_job.attempts,
-                                             p_job.attempts_refunded + (p_outcome = 'released')::int,
+                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed'))::int,
                                              p_job.max_attempts) > 0
                      then 1 else 4 end
          end::smallint;
@@ -69,7 +70,7 @@ end;
 
 comment on function pyjobq._end_status(pyjobq.job, text) is
   'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
-  'failed, expired and released 1 (PENDING) with tries left, else 4.';
+  'failed, expired, released and snoozed 1 (PENDING) with tries left, else 4.';
 
 -- The status in which the attempt p_attempt of worker p_worker_id (with
 -- lease token p_lease_token, any when null) ended job p_job_id, if it did:
@@ -131,6 +132,7 @@ begin
                 when 'done' then j.last_error
                 when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
+                when 'snoozed' then 'snoozed with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
               end as error,
               coalesce(i.waiting, j.waiting_on) as waiting
@@ -138,17 +140,22 @@ begin
     update pyjobq.job j
        set status = 1,
            -- A release puts the job back at its old place in the queue, before
-           -- claim fronts, and gives its try back; a failure waits its backoff.
+           -- claim fronts, and gives its try back; a snooze gives it back too
+           -- and sleeps its delay; a failure waits its backoff.
            run_after = case when i.outcome = 'released' then pyjobq._pending_from(j.run_after, p_now, false)
+                            when i.outcome = 'snoozed'
+                            then pyjobq._pending_from(p_now + coalesce(i.delay, interval '0'), p_now, false)
                             else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, i.delay, p_now)
                        end,
-           attempts_refunded = j.attempts_refunded + (i.outcome = 'released')::int,
-           last_error = case when i.outcome = 'released' then j.last_error else left(i.error, 10000) end,
+           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed'))::int,
+           snoozes = j.snoozes + (i.outcome = 'snoozed')::int,
+           last_error = case when i.outcome in ('released', 'snoozed') then j.last_error
+                             else left(i.error, 10000) end,
            worker_id = null,
            lease_until = null,
            updated_at = p_now
       from input i
-     where i.outcome in ('failed', 'expired', 'released')
+     where i.outcome in ('failed', 'expired', 'released', 'snoozed')
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
@@ -165,8 +172,8 @@ begin
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
     -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release only when it made
-    -- the job DEAD), then what follows the ends of parents and batch members,
+    -- a holder or the reaper ended or failed, and a release or a snooze only
+    -- when it made the job DEAD), then what follows the ends of parents and batch members,
     -- which reads the history; and each type's retries announced once. The
     -- worker that lost its lease is not the one that ended the job: it gets
     -- JQ001 (lease_lost) later, never JQ003.
@@ -182,9 +189,11 @@ begin
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
                             array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome <> 'released' or m.status = 4)),
+                                                            and (m.outcome not in ('released', 'snoozed')
+                                                                 or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome <> 'released' or m.status = 4))),
+                                                          and (m.outcome not in ('released', 'snoozed')
+                                                               or m.status = 4))),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
@@ -253,13 +262,30 @@ begin
               hint = 'Leave it null for the default exponential backoff.';
     end if;
   end if;
-  if not (p_outcomes <@ array['done', 'failed', 'dead'] and array_position(p_outcomes, null) is null) then
-    v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead')
+  if not (p_outcomes <@ array['done', 'failed', 'dead', 'snoozed'] and array_position(p_outcomes, null) is null) then
+    v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead', 'snoozed')
                                     from unnest(p_outcomes) o), false);
-    raise exception 'p_outcomes[%] must be done, failed or dead', v_bad
+    raise exception 'p_outcomes[%] must be done, failed, dead or snoozed', v_bad
       using errcode = '22023',
             detail = format('p_outcomes[%s] was %s.', v_bad, coalesce(quote_literal(p_outcomes[v_bad]), 'null')),
-            hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it.';
+            hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it; '
+                   'snoozed puts it back to sleep for its delay, its try given back.';
+  end if;
+  -- A snooze past its type's bound (job_type_set_snoozes) ends the job DEAD,
+  -- saying why. Read before the move: only the holder changes the count.
+  if 'snoozed' = any (p_outcomes) then
+    select array_agg(case when s.spent then 'dead' else u.outcome end order by u.ord),
+           array_agg(case when s.spent
+                          then format('snoozed %s times, the most its type allows (job_type_set_snoozes)',
+                                      s.snoozes)
+                          else p_errors[u.ord] end order by u.ord)
+      into p_outcomes, p_errors
+      from unnest(p_job_ids, p_outcomes) with ordinality as u(id, outcome, ord)
+      left join lateral (select j.snoozes, j.snoozes >= t.max_snoozes as spent
+                           from pyjobq.job j
+                           join pyjobq.job_type t on t.job_type = j.job_type
+                          where j.job_id = u.id
+                            and u.outcome = 'snoozed') s on true;
   end if;
 
   return query
@@ -289,8 +315,9 @@ comment on function pyjobq.job_finish_many(text, uuid[], int[], text[], jsonb[],
   'Ends up to 10000 attempts that p_worker_id holds, each with the lease token at its position in '
   'p_lease_tokens, as the outcome at its position in p_outcomes says: done (DONE with its p_results element), '
   'failed (its p_errors element, truncated to 10000 characters, as last_error; PENDING again after its '
-  'p_retry_delays_seconds element (0..31536000) or the type''s backoff while tries are left, else DEAD) or dead '
-  '(DEAD at once). Returns every input job id in input order with its new status (1 PENDING, 3 DONE, 4 DEAD) and '
+  'p_retry_delays_seconds element (0..31536000) or the type''s backoff while tries are left, else DEAD), dead '
+  '(DEAD at once) or snoozed (PENDING again after its p_retry_delays_seconds element, 0 when null, the try given '
+  'back and counted in snoozes; DEAD once the type''s max_snoozes are spent, job_type_set_snoozes). Returns every input job id in input order with its new status (1 PENDING, 3 DONE, 4 DEAD) and '
   'run_after, or a null status for a job no longer held (left unchanged); an attempt this holder already ended '
   '(retrying after a lost reply is safe) is reported with the status it ended in. A retry notifies pyjobq_job '
   'as job_enqueue does.';

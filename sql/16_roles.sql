@@ -122,6 +122,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_history(int, boolean)',
    '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_snoozes(int, int)',
+   '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),
   ('pyjobq.job_settings_set(boolean, interval)',

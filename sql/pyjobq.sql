@@ -41,7 +41,7 @@
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
---   job_finish_many                  -> each attempt DONE, failed or DEAD, in one call (a worker's flush)
+--   job_finish_many                  -> each attempt DONE, failed, DEAD or snoozed (PENDING, its try given back), in one call
 --   job_release(_many)               -> PENDING again, the try given back (shutdown)
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
@@ -164,7 +164,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 51
+  select 52
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -200,6 +200,8 @@ create table pyjobq.job_type (
   -- Whether the type's DONE jobs go to job_history (job_type_set_history):
   -- false ends them with the delete alone, as a queue that keeps nothing does.
   keep_done boolean not null default true,
+  -- How many times a job of the type may snooze (job_type_set_snoozes).
+  max_snoozes int not null default 1000,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -267,6 +269,8 @@ create table pyjobq.job (
   lease_until timestamptz,
   run_started_at timestamptz,
   updated_at timestamptz not null,
+  -- Changed by a snooze (last: it came after the others, without a rewrite).
+  snoozes smallint not null default 0,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -314,6 +318,9 @@ comment on column pyjobq.job.batch_id is
   'The batch the job belongs to (job_enqueue''s p_batch_id), whose counts its end updates; null: none.';
 comment on column pyjobq.job.notify_done is
   'Set by job_watch: the job''s end (DONE, DEAD or CANCELLED) is announced on channel pyjobq_done.';
+comment on column pyjobq.job.snoozes is
+  'How many times a handler put the job back to sleep (job_finish_many''s snoozed): each gives its claim back, '
+  'as attempts_refunded counts, and job_type_set_snoozes bounds them. Not kept in the history.';
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';
@@ -1167,6 +1174,30 @@ comment on function pyjobq.job_type_set_history(int, boolean) is
   'job with dependants, in a batch, with a dedupe key or watched (job_watch) is kept; DEAD and CANCELLED jobs '
   'always are. Applies to the jobs that end from the commit on.';
 
+-- How many times a job may put itself back to sleep (a snooze: PENDING until
+-- a time, its try given back). A handler that waits for something by snoozing
+-- in a loop is bounded here; past the bound its job goes DEAD.
+create function pyjobq.job_type_set_snoozes(p_job_type int, p_max_snoozes int)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  perform pyjobq._check_range('p_max_snoozes', p_max_snoozes, 0, 10000);
+  update pyjobq.job_type t
+     set max_snoozes = p_max_snoozes
+   where t.job_type = p_job_type;
+end;
+$$;
+
+comment on function pyjobq.job_type_set_snoozes(int, int) is
+  'Sets how many times a job of type p_job_type may snooze (0..10000; 1000 by default): the snooze past that '
+  'makes it DEAD instead. Applies to the snoozes from the commit on.';
+
 create function pyjobq.job_type_policies()
 returns table (
   job_type int,
@@ -1176,7 +1207,8 @@ returns table (
   backoff_cap_seconds double precision,
   backoff_jitter double precision,
   timeout_seconds double precision,
-  keep_done boolean
+  keep_done boolean,
+  max_snoozes int
 )
 language sql
 stable
@@ -1185,15 +1217,15 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes
     from pyjobq.job_type t
    order by t.job_type
 $$;
 
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
-  'cap and jitter, the deadline of an attempt in seconds from its claim, and whether its DONE jobs are kept '
-  'in job_history (job_type_set_history).';
+  'cap and jitter, the deadline of an attempt in seconds from its claim, whether its DONE jobs are kept in '
+  'job_history (job_type_set_history), and how many times a job may snooze (job_type_set_snoozes).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).
@@ -3482,8 +3514,9 @@ create type pyjobq.job_end as (
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
-  'when null), the outcome (done, failed, dead, released, expired or cancelled), the result of a done attempt, '
-  'the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff), and the '
+  'when null), the outcome (done, failed, dead, released, snoozed, expired or cancelled), the result of a done '
+  'attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff) or '
+  'the end of its snooze (null: now), and the '
   'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
@@ -3510,8 +3543,8 @@ comment on function pyjobq._holds(pyjobq.job, text, int, uuid, smallint[]) is
 
 -- Where outcome p_outcome takes the RUNNING job p_job: 3 DONE, 4 DEAD, 5
 -- CANCELLED, or 1 PENDING again for a failure or an expired lease with tries
--- left, and for a release (which gives its try back) unless its claim
--- counter is spent.
+-- left, and for a release or a snooze (which give their try back) unless
+-- its claim counter is spent.
 create function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
 returns smallint
 language sql
@@ -3522,7 +3555,7 @@ begin atomic
            when 'dead' then 4
            when 'cancelled' then 5
            else case when pyjobq._tries_left(p_job.attempts,
-                                             p_job.attempts_refunded + (p_outcome = 'released')::int,
+                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed'))::int,
                                              p_job.max_attempts) > 0
                      then 1 else 4 end
          end::smallint;
@@ -3530,7 +3563,7 @@ end;
 
 comment on function pyjobq._end_status(pyjobq.job, text) is
   'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
-  'failed, expired and released 1 (PENDING) with tries left, else 4.';
+  'failed, expired, released and snoozed 1 (PENDING) with tries left, else 4.';
 
 -- The status in which the attempt p_attempt of worker p_worker_id (with
 -- lease token p_lease_token, any when null) ended job p_job_id, if it did:
@@ -3592,6 +3625,7 @@ begin
                 when 'done' then j.last_error
                 when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
+                when 'snoozed' then 'snoozed with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
               end as error,
               coalesce(i.waiting, j.waiting_on) as waiting
@@ -3599,17 +3633,22 @@ begin
     update pyjobq.job j
        set status = 1,
            -- A release puts the job back at its old place in the queue, before
-           -- claim fronts, and gives its try back; a failure waits its backoff.
+           -- claim fronts, and gives its try back; a snooze gives it back too
+           -- and sleeps its delay; a failure waits its backoff.
            run_after = case when i.outcome = 'released' then pyjobq._pending_from(j.run_after, p_now, false)
+                            when i.outcome = 'snoozed'
+                            then pyjobq._pending_from(p_now + coalesce(i.delay, interval '0'), p_now, false)
                             else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, i.delay, p_now)
                        end,
-           attempts_refunded = j.attempts_refunded + (i.outcome = 'released')::int,
-           last_error = case when i.outcome = 'released' then j.last_error else left(i.error, 10000) end,
+           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed'))::int,
+           snoozes = j.snoozes + (i.outcome = 'snoozed')::int,
+           last_error = case when i.outcome in ('released', 'snoozed') then j.last_error
+                             else left(i.error, 10000) end,
            worker_id = null,
            lease_until = null,
            updated_at = p_now
       from input i
-     where i.outcome in ('failed', 'expired', 'released')
+     where i.outcome in ('failed', 'expired', 'released', 'snoozed')
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
@@ -3626,8 +3665,8 @@ begin
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
     -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release only when it made
-    -- the job DEAD), then what follows the ends of parents and batch members,
+    -- a holder or the reaper ended or failed, and a release or a snooze only
+    -- when it made the job DEAD), then what follows the ends of parents and batch members,
     -- which reads the history; and each type's retries announced once. The
     -- worker that lost its lease is not the one that ended the job: it gets
     -- JQ001 (lease_lost) later, never JQ003.
@@ -3643,9 +3682,11 @@ begin
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
                             array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome <> 'released' or m.status = 4)),
+                                                            and (m.outcome not in ('released', 'snoozed')
+                                                                 or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome <> 'released' or m.status = 4))),
+                                                          and (m.outcome not in ('released', 'snoozed')
+                                                               or m.status = 4))),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
@@ -3714,13 +3755,30 @@ begin
               hint = 'Leave it null for the default exponential backoff.';
     end if;
   end if;
-  if not (p_outcomes <@ array['done', 'failed', 'dead'] and array_position(p_outcomes, null) is null) then
-    v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead')
+  if not (p_outcomes <@ array['done', 'failed', 'dead', 'snoozed'] and array_position(p_outcomes, null) is null) then
+    v_bad := array_position(array(select o is not null and o in ('done', 'failed', 'dead', 'snoozed')
                                     from unnest(p_outcomes) o), false);
-    raise exception 'p_outcomes[%] must be done, failed or dead', v_bad
+    raise exception 'p_outcomes[%] must be done, failed, dead or snoozed', v_bad
       using errcode = '22023',
             detail = format('p_outcomes[%s] was %s.', v_bad, coalesce(quote_literal(p_outcomes[v_bad]), 'null')),
-            hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it.';
+            hint = 'done completes the attempt; failed retries the job while it has tries left; dead ends it; '
+                   'snoozed puts it back to sleep for its delay, its try given back.';
+  end if;
+  -- A snooze past its type's bound (job_type_set_snoozes) ends the job DEAD,
+  -- saying why. Read before the move: only the holder changes the count.
+  if 'snoozed' = any (p_outcomes) then
+    select array_agg(case when s.spent then 'dead' else u.outcome end order by u.ord),
+           array_agg(case when s.spent
+                          then format('snoozed %s times, the most its type allows (job_type_set_snoozes)',
+                                      s.snoozes)
+                          else p_errors[u.ord] end order by u.ord)
+      into p_outcomes, p_errors
+      from unnest(p_job_ids, p_outcomes) with ordinality as u(id, outcome, ord)
+      left join lateral (select j.snoozes, j.snoozes >= t.max_snoozes as spent
+                           from pyjobq.job j
+                           join pyjobq.job_type t on t.job_type = j.job_type
+                          where j.job_id = u.id
+                            and u.outcome = 'snoozed') s on true;
   end if;
 
   return query
@@ -3750,8 +3808,9 @@ comment on function pyjobq.job_finish_many(text, uuid[], int[], text[], jsonb[],
   'Ends up to 10000 attempts that p_worker_id holds, each with the lease token at its position in '
   'p_lease_tokens, as the outcome at its position in p_outcomes says: done (DONE with its p_results element), '
   'failed (its p_errors element, truncated to 10000 characters, as last_error; PENDING again after its '
-  'p_retry_delays_seconds element (0..31536000) or the type''s backoff while tries are left, else DEAD) or dead '
-  '(DEAD at once). Returns every input job id in input order with its new status (1 PENDING, 3 DONE, 4 DEAD) and '
+  'p_retry_delays_seconds element (0..31536000) or the type''s backoff while tries are left, else DEAD), dead '
+  '(DEAD at once) or snoozed (PENDING again after its p_retry_delays_seconds element, 0 when null, the try given '
+  'back and counted in snoozes; DEAD once the type''s max_snoozes are spent, job_type_set_snoozes). Returns every input job id in input order with its new status (1 PENDING, 3 DONE, 4 DEAD) and '
   'run_after, or a null status for a job no longer held (left unchanged); an attempt this holder already ended '
   '(retrying after a lost reply is safe) is reported with the status it ended in. A retry notifies pyjobq_job '
   'as job_enqueue does.';
@@ -7442,6 +7501,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_type_set_policy(int, int, double precision, double precision, double precision, double precision)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_history(int, boolean)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_set_snoozes(int, int)',
    '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),

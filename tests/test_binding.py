@@ -152,7 +152,9 @@ def test_finish_many_and_fail_many_return_typed_outcomes_in_input_order(conn: Co
         (d.job_id, JobStatus.DEAD),
         (a.job_id, JobStatus.DONE),  # already ended by this attempt: as it ended
     ]
-    with pytest.raises(InvalidArgument, match=r"p_outcomes\[1\] must be done, failed or dead"):
+    with pytest.raises(
+        InvalidArgument, match=r"p_outcomes\[1\] must be done, failed, dead or snoozed"
+    ):
         q.finish_many("w1", [a.job_id], [a.attempt], ["later"])  # type: ignore[list-item]
 
 

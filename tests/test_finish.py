@@ -151,8 +151,8 @@ def test_fail_many_retries_or_buries_each_and_names_no_longer_held_ones(conn: Co
 @pytest.mark.parametrize(
     ("outcomes", "delays", "message"),
     [
-        (["done", "later"], None, "p_outcomes[2] must be done, failed or dead"),
-        (["done", None], None, "p_outcomes[2] must be done, failed or dead"),
+        (["done", "later"], None, "p_outcomes[2] must be done, failed, dead or snoozed"),
+        (["done", None], None, "p_outcomes[2] must be done, failed, dead or snoozed"),
         (["failed", "failed"], [1, -1], "p_retry_delays_seconds[2] must be between 0 and 31536000"),
         (["failed", "failed"], [float("nan"), 1.0], "p_retry_delays_seconds[1] must be between"),
         (["done"], None, "p_outcomes must have as many elements as p_job_ids"),

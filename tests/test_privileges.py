@@ -126,6 +126,7 @@ ALLOWED = {
         "job_type_grants",
         "job_type_set_policy",
         "job_type_set_history",
+        "job_type_set_snoozes",
         "job_settings",
         "job_settings_set",
         "job_type_set_limits",

@@ -1,4 +1,4 @@
-"""Completing: the outcomes of finished attempts (completed, failed, dead) go to
+"""Completing: the outcomes of finished attempts (completed, failed, dead, snoozed) go to
 ``job_finish_many`` together in batches, a few milliseconds after the first of a batch finished
 or at once when half the capacity waits, with up to two calls in flight (one runs while the
 next batch fills)."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pyjobq.rows import JobStatus
 from pyjobq.storable import UnstorableResult, storable_text
 from pyjobq.worker.claiming import MAX_FLUSHES
 from pyjobq.worker.outcomes import Outcomes
@@ -133,5 +134,7 @@ class Completer:
             elif held.outcome == "done":
                 s.metrics.completed += 1
                 s.hook(s.hooks.on_job_end, held.job, "completed", None)
+            elif held.outcome == "snoozed" and row.status is JobStatus.PENDING:
+                self.outcomes.snoozed(held, row)
             else:
                 self.outcomes.failed(held, row)

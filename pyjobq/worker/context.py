@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -33,6 +33,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, StepSaved
 from pyjobq.storable import encode_result
+from pyjobq.worker.outcomes import Snooze
 
 
 class _Recorded(Exception):
@@ -118,6 +119,12 @@ class JobContext:
         service a step calls, so that a step run again after a crash is not applied twice."""
         return f"{self._run.job.job_id}:{name}"
 
+    def snooze(self, seconds: float) -> NoReturn:
+        """End this attempt by putting the job back to sleep for ``seconds`` (raises
+        :class:`~pyjobq.worker.Snooze`): PENDING again, its try given back, its recorded steps
+        kept for the attempt that wakes; nothing is held while it sleeps."""
+        raise Snooze(seconds)
+
     async def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Step ``name``: its stored result if an earlier run recorded it, else what ``work``
         returns (awaited when it is a coroutine), recorded (``job_step_save``) and returned as
@@ -176,6 +183,10 @@ class SyncJobContext:
     def idempotency_key(self, name: str) -> str:
         """See :meth:`JobContext.idempotency_key`."""
         return f"{self._run.job.job_id}:{name}"
+
+    def snooze(self, seconds: float) -> NoReturn:
+        """See :meth:`JobContext.snooze`."""
+        raise Snooze(seconds)
 
     def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`JobContext.step`; the calls go through the worker's connections."""

@@ -1,5 +1,5 @@
-"""The outcomes of an attempt other than completion: failed (retry or DEAD), lease lost,
-cancelled; and what a handler raises to choose one."""
+"""The outcomes of an attempt other than completion: failed (retry or DEAD), snoozed, lease
+lost, cancelled; and what a handler raises to choose one."""
 
 from __future__ import annotations
 
@@ -28,6 +28,23 @@ class Retry(Exception):
 
 class DeadLetter(Exception):
     """Raise from a handler to fail the job for good (DEAD), whatever attempts remain."""
+
+
+# The longest snooze job_finish_many takes: a year.
+MAX_SNOOZE_SECONDS = 31_536_000
+
+
+class Snooze(Exception):
+    """Raise from a handler (or call ``job_context().snooze``) to put the job back to sleep
+    for ``seconds``: PENDING again, its try given back, its steps kept; no worker slot,
+    connection or lease is held while it sleeps. The type bounds how many times a job may
+    snooze (``job_type_set_snoozes``); past that, the job is DEAD."""
+
+    def __init__(self, seconds: float) -> None:
+        if not 0 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(f"a snooze lasts 0 to {MAX_SNOOZE_SECONDS} seconds, not {seconds}")
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = seconds
 
 
 def error_text(error: BaseException) -> str:
@@ -87,6 +104,20 @@ class Outcomes:
         runner = asyncio.current_task()
         if (held.cancelled or held.timed_out) and runner is not None and runner.cancelling():
             runner.uncancel()
+
+    @staticmethod
+    def snooze(held: Held, seconds: float) -> None:
+        """Record in ``held`` that its handler snoozed for ``seconds``, for the flush to send."""
+        held.outcome = "snoozed"
+        held.delay = seconds
+
+    def snoozed(self, held: Held, row: Finish) -> None:
+        """The flush recorded the snooze: count it and say until when."""
+        s = self.state
+        s.metrics.snoozed += 1
+        s.hook(s.hooks.on_job_end, held.job, "snoozed", None)
+        until = row.run_after.isoformat() if row.run_after is not None else "now"
+        log.info("job snoozed until %s", until, extra=s.extra(held.job))
 
     @staticmethod
     def fail(held: Held, error: BaseException, delay: float | None, dead_letter: bool) -> None:

@@ -20,7 +20,7 @@ from pyjobq.tracing import handler_span, in_current_context
 from pyjobq.worker.claiming import Claimer
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.context import RunningJob, running
-from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry
+from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry, Snooze
 from pyjobq.worker.state import Held, WorkerState
 
 SyncHandler = Callable[[ClaimedJob], Payload | None]
@@ -120,6 +120,8 @@ class Runner:
                 self.past_deadline(held)
             elif not held.cancelled:
                 raise  # a hard stop
+        except Snooze as e:
+            self.outcomes.snooze(held, e.seconds)
         except Retry as e:
             self.outcomes.fail(held, e, e.delay_seconds, False)
         except DeadLetter as e:

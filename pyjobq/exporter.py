@@ -2,7 +2,7 @@
 
 :class:`WorkerExporter` is a :class:`~pyjobq.metrics.WorkerHooks`: the worker feeds it what
 each job and statement did, and it keeps, in its own registry, per job type
-``pyjobq_jobs_{started,completed,failed,retried,dead,snoozed}_total`` and
+``pyjobq_jobs_{started,completed,failed,retried,dead,snoozed,waiting}_total`` and
 ``pyjobq_jobs_interrupted_total`` (lease lost, cancelled, abandoned at shutdown), the
 histograms ``pyjobq_handler_duration_seconds`` and ``pyjobq_claim_to_start_seconds``, and per
 statement ``pyjobq_statement_duration_seconds`` (each one's count is its round trips) and
@@ -48,6 +48,7 @@ class WorkerExporter(WorkerHooks):
         self.retried = jobs("retried", "Failed attempts with tries left: PENDING again.")
         self.dead = jobs("dead", "Failed attempts that made the job DEAD.")
         self.snoozed = jobs("snoozed", "Attempts that snoozed: PENDING again, the try given back.")
+        self.waiting = jobs("waiting", "Attempts that ended waiting for an event (ctx.wait_for).")
         self.interrupted = Counter(
             "pyjobq_jobs_interrupted",
             "Jobs this worker stopped holding without an outcome of its own.",
@@ -110,6 +111,8 @@ class WorkerExporter(WorkerHooks):
             (self.retried if outcome == "retry" else self.dead).labels(kind).inc()
         elif outcome == "snoozed":
             self.snoozed.labels(kind).inc()
+        elif outcome == "waiting":
+            self.waiting.labels(kind).inc()
         else:
             self.interrupted.labels(kind, outcome).inc()
             return

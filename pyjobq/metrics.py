@@ -26,6 +26,8 @@ class WorkerMetrics:
     dead: int = 0
     # Attempts whose handler snoozed (Snooze): PENDING again, the try given back.
     snoozed: int = 0
+    # Attempts that ended waiting for an event (ctx.wait_for): asleep until signalled.
+    waiting: int = 0
     timed_out: int = 0
     # Sync handlers that went on running in their thread after their timeout.
     lingering_threads: int = 0
@@ -78,8 +80,8 @@ class WorkerHooks:
         """A handler is about to run ``job``."""
 
     def on_job_end(self, job: ClaimedJob, outcome: str, error: BaseException | None) -> None:
-        """``job`` finished: ``outcome`` is completed, retry, dead, snoozed, lease_lost, cancelled
-        or abandoned."""
+        """``job`` finished: ``outcome`` is completed, retry, dead, snoozed, waiting,
+        lease_lost, cancelled or abandoned."""
 
     def on_statement(self, statement: str, seconds: float, error: Exception | None) -> None:
         """A statement of the worker's took ``seconds``: claim, claim_announced (a claim woken

@@ -34,6 +34,7 @@ from pyjobq.rows import (
     CountRow,
     Dependency,
     Enqueued,
+    EventWait,
     FailOutcome,
     Finish,
     JobInfo,
@@ -396,6 +397,30 @@ class JobQueue(Batches, QueueAdmin):
         """``job_steps``: the steps recorded for a held job, in the order they were saved."""
         params = (job_id, worker_id, attempt, lease_token)
         return self._rows(Step, statements.STEPS, params)
+
+    def event_wait(
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        name: str,
+        timeout_seconds: float | None = None,
+        lease_token: UUID | None = None,
+    ) -> EventWait:
+        """``job_event_wait``: wait for event ``name`` of a held job. ``signalled`` with the
+        payload when ``signal`` sent it (before or after), ``timed_out`` once the first wait
+        for the name lasted ``timeout_seconds`` (a day when ``None``), else ``waiting``: the
+        attempt has ended, and the job sleeps until the signal or the timeout."""
+        params = (job_id, worker_id, attempt, name, timeout_seconds, lease_token)
+        return self._one(EventWait, statements.EVENT_WAIT, params)
+
+    def signal(self, job_id: UUID, name: str, payload: Any = None) -> bool:
+        """``job_signal``: send event ``name`` with ``payload`` (any JSON value) to a job yet to
+        end; one waiting for it is due at once. ``False`` when the job already had this event
+        (the first payload stays). Raises :class:`~pyjobq.errors.JobNotFound` or
+        :class:`~pyjobq.errors.JobAlreadyFinished`."""
+        sent: bool = self._scalar(statements.SIGNAL, (job_id, name, jsonb(payload)))
+        return sent
 
     def release(
         self, job_id: UUID, worker_id: str, attempt: int, lease_token: UUID | None = None

@@ -114,6 +114,17 @@ class StepSaved:
 
 
 @dataclass(frozen=True, slots=True)
+class EventWait:
+    """The row of ``job_event_wait``: ``signalled`` with the signal's ``payload``,
+    ``timed_out``, or ``waiting`` (the attempt has ended: the job sleeps until the signal or
+    ``wait_until``)."""
+
+    outcome: Literal["signalled", "timed_out", "waiting"]
+    payload: Any
+    wait_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Dependency:
     """A row of ``job_dependencies``: a parent or a dependant (``relation``) of the job asked
     about, its status now (None once pruned), and whether the edge is resolved (the parent

@@ -89,6 +89,11 @@ STEPS: LiteralString = (
     "select name, result, attempt, saved_at from pyjobq.job_steps("
     "%s::uuid, %s::text, %s::int, %s::uuid)"
 )
+EVENT_WAIT: LiteralString = (
+    "select outcome, payload, wait_until from pyjobq.job_event_wait("
+    "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::uuid)"
+)
+SIGNAL: LiteralString = "select pyjobq.job_signal(%s::uuid, %s::text, %s::jsonb)"
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int, %s::uuid)"
 RELEASE_MANY: LiteralString = (
     "select job_id, released from pyjobq.job_release_many("

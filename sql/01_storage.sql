@@ -18,6 +18,7 @@
 --   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
+--   job_event_wait / job_signal      -> a job asleep (PENDING) until an event is sent to it or its wait times out
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
 --   job_finish_many                  -> each attempt DONE, failed, DEAD or snoozed (PENDING, its try given back), in one call
@@ -143,7 +144,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 52
+  select 53
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -394,27 +395,6 @@ create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
 comment on table pyjobq.job_edge is
   'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
   'job_enqueue(_many) with p_depends_on and by the end of the parent.';
-
--- Steps: the units of work a job's handler finished, by name, so that a
--- later attempt of the same job reads a step's result instead of doing the
--- work again (job_step_save, job_steps). The primary key is the fence: two
--- attempts that both ran a step (the first one's lease lost meanwhile) race
--- for one row, and the second insert waits for the first one's transaction,
--- then stores nothing. Rows stay after the job ends (its story) and go with
--- it when job_prune deletes it.
-create table pyjobq.job_step (
-  job_id uuid not null,
-  name varchar(200) not null,
-  attempt smallint not null,
-  worker_id varchar(80) not null,
-  saved_at timestamptz not null,
-  result jsonb,
-  constraint job_step_pkey primary key (job_id, name)
-);
-
-comment on table pyjobq.job_step is
-  'The steps of jobs that their handlers finished: the attempt and worker that recorded each, when, and its '
-  'result. Written by job_step_save, deleted by job_prune with their jobs.';
 
 -- Batches: a counter row per batch, which each member's enqueue and end
 -- update (once per call), and whose callbacks are enqueued by the call that

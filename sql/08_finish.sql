@@ -21,9 +21,9 @@ create type pyjobq.job_end as (
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
-  'when null), the outcome (done, failed, dead, released, snoozed, expired or cancelled), the result of a done '
-  'attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff) or '
-  'the end of its snooze (null: now), and the '
+  'when null), the outcome (done, failed, dead, released, snoozed, waiting, expired or cancelled), the result '
+  'of a done attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s '
+  'backoff) or the end of its snooze or wait (null: now), and the '
   'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
@@ -50,8 +50,8 @@ comment on function pyjobq._holds(pyjobq.job, text, int, uuid, smallint[]) is
 
 -- Where outcome p_outcome takes the RUNNING job p_job: 3 DONE, 4 DEAD, 5
 -- CANCELLED, or 1 PENDING again for a failure or an expired lease with tries
--- left, and for a release or a snooze (which give their try back) unless
--- its claim counter is spent.
+-- left, and for a release, a snooze or a wait (which give their try back)
+-- unless its claim counter is spent.
 create function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
 returns smallint
 language sql
@@ -62,7 +62,7 @@ begin atomic
            when 'dead' then 4
            when 'cancelled' then 5
            else case when pyjobq._tries_left(p_job.attempts,
-                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed'))::int,
+                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed', 'waiting'))::int,
                                              p_job.max_attempts) > 0
                      then 1 else 4 end
          end::smallint;
@@ -70,7 +70,7 @@ end;
 
 comment on function pyjobq._end_status(pyjobq.job, text) is
   'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
-  'failed, expired, released and snoozed 1 (PENDING) with tries left, else 4.';
+  'failed, expired, released, snoozed and waiting 1 (PENDING) with tries left, else 4.';
 
 -- The status in which the attempt p_attempt of worker p_worker_id (with
 -- lease token p_lease_token, any when null) ended job p_job_id, if it did:
@@ -133,6 +133,7 @@ begin
                 when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
                 when 'snoozed' then 'snoozed with its claim counter spent (32767 claims)'
+                when 'waiting' then 'waited with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
               end as error,
               coalesce(i.waiting, j.waiting_on) as waiting
@@ -140,22 +141,22 @@ begin
     update pyjobq.job j
        set status = 1,
            -- A release puts the job back at its old place in the queue, before
-           -- claim fronts, and gives its try back; a snooze gives it back too
-           -- and sleeps its delay; a failure waits its backoff.
+           -- claim fronts, and gives its try back; a snooze or a wait gives it
+           -- back too and sleeps its delay; a failure waits its backoff.
            run_after = case when i.outcome = 'released' then pyjobq._pending_from(j.run_after, p_now, false)
-                            when i.outcome = 'snoozed'
+                            when i.outcome in ('snoozed', 'waiting')
                             then pyjobq._pending_from(p_now + coalesce(i.delay, interval '0'), p_now, false)
                             else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, i.delay, p_now)
                        end,
-           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed'))::int,
+           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed', 'waiting'))::int,
            snoozes = j.snoozes + (i.outcome = 'snoozed')::int,
-           last_error = case when i.outcome in ('released', 'snoozed') then j.last_error
+           last_error = case when i.outcome in ('released', 'snoozed', 'waiting') then j.last_error
                              else left(i.error, 10000) end,
            worker_id = null,
            lease_until = null,
            updated_at = p_now
       from input i
-     where i.outcome in ('failed', 'expired', 'released', 'snoozed')
+     where i.outcome in ('failed', 'expired', 'released', 'snoozed', 'waiting')
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
@@ -172,8 +173,8 @@ begin
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
     -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release or a snooze only
-    -- when it made the job DEAD), then what follows the ends of parents and batch members,
+    -- a holder or the reaper ended or failed, and a release, a snooze or a
+    -- wait only when it made the job DEAD), then what follows the ends of parents and batch members,
     -- which reads the history; and each type's retries announced once. The
     -- worker that lost its lease is not the one that ended the job: it gets
     -- JQ001 (lease_lost) later, never JQ003.
@@ -189,10 +190,12 @@ begin
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
                             array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome not in ('released', 'snoozed')
+                                                            and (m.outcome not in ('released', 'snoozed',
+                                                                                   'waiting')
                                                                  or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome not in ('released', 'snoozed')
+                                                          and (m.outcome not in ('released', 'snoozed',
+                                                                                 'waiting')
                                                                or m.status = 4))),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,

@@ -1,9 +1,26 @@
 -- Steps -----------------------------------------------------------------------
 
--- A handler's named units of work (pyjobq.job_step): the attempt that holds
--- the job records each step as it finishes, and a later attempt of the same
--- job reads them back instead of doing the work again. Only the holder reads
--- or writes them, as it would finish the job.
+-- The units of work a job's handler finished, by name, so that a later
+-- attempt of the same job reads a step's result instead of doing the work
+-- again (job_step_save, job_steps). Only the holder reads or writes them, as
+-- it would finish the job. The primary key is the fence: two
+-- attempts that both ran a step (the first one's lease lost meanwhile) race
+-- for one row, and the second insert waits for the first one's transaction,
+-- then stores nothing. Rows stay after the job ends (its story) and go with
+-- it when job_prune deletes it.
+create table pyjobq.job_step (
+  job_id uuid not null,
+  name varchar(200) not null,
+  attempt smallint not null,
+  worker_id varchar(80) not null,
+  saved_at timestamptz not null,
+  result jsonb,
+  constraint job_step_pkey primary key (job_id, name)
+);
+
+comment on table pyjobq.job_step is
+  'The steps of jobs that their handlers finished: the attempt and worker that recorded each, when, and its '
+  'result. Written by job_step_save, deleted by job_prune with their jobs.';
 
 -- Raises, as a holder's call on job p_job_id that could not act would, unless
 -- p_worker_id holds attempt p_attempt of it with lease token p_lease_token.

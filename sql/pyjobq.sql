@@ -10,6 +10,7 @@
 --   08_finish.sql
 --   08_leases.sql
 --   08_steps.sql
+--   08_waits.sql
 --   09_inspect.sql
 --   10_operations.sql
 --   11_schedules.sql
@@ -39,6 +40,7 @@
 --   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
+--   job_event_wait / job_signal      -> a job asleep (PENDING) until an event is sent to it or its wait times out
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
 --   job_finish_many                  -> each attempt DONE, failed, DEAD or snoozed (PENDING, its try given back), in one call
@@ -164,7 +166,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 52
+  select 53
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -415,27 +417,6 @@ create index job_edge_child_idx on pyjobq.job_edge (child_id, ord);
 comment on table pyjobq.job_edge is
   'Dependencies: child_id waits for parent_id (its ord-th parent); resolved once the parent ended. Written by '
   'job_enqueue(_many) with p_depends_on and by the end of the parent.';
-
--- Steps: the units of work a job's handler finished, by name, so that a
--- later attempt of the same job reads a step's result instead of doing the
--- work again (job_step_save, job_steps). The primary key is the fence: two
--- attempts that both ran a step (the first one's lease lost meanwhile) race
--- for one row, and the second insert waits for the first one's transaction,
--- then stores nothing. Rows stay after the job ends (its story) and go with
--- it when job_prune deletes it.
-create table pyjobq.job_step (
-  job_id uuid not null,
-  name varchar(200) not null,
-  attempt smallint not null,
-  worker_id varchar(80) not null,
-  saved_at timestamptz not null,
-  result jsonb,
-  constraint job_step_pkey primary key (job_id, name)
-);
-
-comment on table pyjobq.job_step is
-  'The steps of jobs that their handlers finished: the attempt and worker that recorded each, when, and its '
-  'result. Written by job_step_save, deleted by job_prune with their jobs.';
 
 -- Batches: a counter row per batch, which each member's enqueue and end
 -- update (once per call), and whose callbacks are enqueued by the call that
@@ -3514,9 +3495,9 @@ create type pyjobq.job_end as (
 
 comment on type pyjobq.job_end is
   'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
-  'when null), the outcome (done, failed, dead, released, snoozed, expired or cancelled), the result of a done '
-  'attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s backoff) or '
-  'the end of its snooze (null: now), and the '
+  'when null), the outcome (done, failed, dead, released, snoozed, waiting, expired or cancelled), the result '
+  'of a done attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s '
+  'backoff) or the end of its snooze or wait (null: now), and the '
   'parents a cancelled one still waited for (null: as the row says).';
 
 -- The one test of holding: job row p_job is RUNNING attempt p_attempt of
@@ -3543,8 +3524,8 @@ comment on function pyjobq._holds(pyjobq.job, text, int, uuid, smallint[]) is
 
 -- Where outcome p_outcome takes the RUNNING job p_job: 3 DONE, 4 DEAD, 5
 -- CANCELLED, or 1 PENDING again for a failure or an expired lease with tries
--- left, and for a release or a snooze (which give their try back) unless
--- its claim counter is spent.
+-- left, and for a release, a snooze or a wait (which give their try back)
+-- unless its claim counter is spent.
 create function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
 returns smallint
 language sql
@@ -3555,7 +3536,7 @@ begin atomic
            when 'dead' then 4
            when 'cancelled' then 5
            else case when pyjobq._tries_left(p_job.attempts,
-                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed'))::int,
+                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed', 'waiting'))::int,
                                              p_job.max_attempts) > 0
                      then 1 else 4 end
          end::smallint;
@@ -3563,7 +3544,7 @@ end;
 
 comment on function pyjobq._end_status(pyjobq.job, text) is
   'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
-  'failed, expired, released and snoozed 1 (PENDING) with tries left, else 4.';
+  'failed, expired, released, snoozed and waiting 1 (PENDING) with tries left, else 4.';
 
 -- The status in which the attempt p_attempt of worker p_worker_id (with
 -- lease token p_lease_token, any when null) ended job p_job_id, if it did:
@@ -3626,6 +3607,7 @@ begin
                 when 'cancelled' then coalesce(i.error, j.last_error, 'cancelled')
                 when 'released' then 'released with its claim counter spent (32767 claims)'
                 when 'snoozed' then 'snoozed with its claim counter spent (32767 claims)'
+                when 'waiting' then 'waited with its claim counter spent (32767 claims)'
                 else left(i.error, 10000)
               end as error,
               coalesce(i.waiting, j.waiting_on) as waiting
@@ -3633,22 +3615,22 @@ begin
     update pyjobq.job j
        set status = 1,
            -- A release puts the job back at its old place in the queue, before
-           -- claim fronts, and gives its try back; a snooze gives it back too
-           -- and sleeps its delay; a failure waits its backoff.
+           -- claim fronts, and gives its try back; a snooze or a wait gives it
+           -- back too and sleeps its delay; a failure waits its backoff.
            run_after = case when i.outcome = 'released' then pyjobq._pending_from(j.run_after, p_now, false)
-                            when i.outcome = 'snoozed'
+                            when i.outcome in ('snoozed', 'waiting')
                             then pyjobq._pending_from(p_now + coalesce(i.delay, interval '0'), p_now, false)
                             else pyjobq._retry_at(j.job_type, j.attempts - j.attempts_refunded, i.delay, p_now)
                        end,
-           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed'))::int,
+           attempts_refunded = j.attempts_refunded + (i.outcome in ('released', 'snoozed', 'waiting'))::int,
            snoozes = j.snoozes + (i.outcome = 'snoozed')::int,
-           last_error = case when i.outcome in ('released', 'snoozed') then j.last_error
+           last_error = case when i.outcome in ('released', 'snoozed', 'waiting') then j.last_error
                              else left(i.error, 10000) end,
            worker_id = null,
            lease_until = null,
            updated_at = p_now
       from input i
-     where i.outcome in ('failed', 'expired', 'released', 'snoozed')
+     where i.outcome in ('failed', 'expired', 'released', 'snoozed', 'waiting')
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
@@ -3665,8 +3647,8 @@ begin
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
     -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release or a snooze only
-    -- when it made the job DEAD), then what follows the ends of parents and batch members,
+    -- a holder or the reaper ended or failed, and a release, a snooze or a
+    -- wait only when it made the job DEAD), then what follows the ends of parents and batch members,
     -- which reads the history; and each type's retries announced once. The
     -- worker that lost its lease is not the one that ended the job: it gets
     -- JQ001 (lease_lost) later, never JQ003.
@@ -3682,10 +3664,12 @@ begin
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
            pyjobq._stat_add(p_now, p_worker_id,
                             array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome not in ('released', 'snoozed')
+                                                            and (m.outcome not in ('released', 'snoozed',
+                                                                                   'waiting')
                                                                  or m.status = 4)),
                             array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome not in ('released', 'snoozed')
+                                                          and (m.outcome not in ('released', 'snoozed',
+                                                                                 'waiting')
                                                                or m.status = 4))),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
@@ -4193,10 +4177,27 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
 
 -- Steps -----------------------------------------------------------------------
 
--- A handler's named units of work (pyjobq.job_step): the attempt that holds
--- the job records each step as it finishes, and a later attempt of the same
--- job reads them back instead of doing the work again. Only the holder reads
--- or writes them, as it would finish the job.
+-- The units of work a job's handler finished, by name, so that a later
+-- attempt of the same job reads a step's result instead of doing the work
+-- again (job_step_save, job_steps). Only the holder reads or writes them, as
+-- it would finish the job. The primary key is the fence: two
+-- attempts that both ran a step (the first one's lease lost meanwhile) race
+-- for one row, and the second insert waits for the first one's transaction,
+-- then stores nothing. Rows stay after the job ends (its story) and go with
+-- it when job_prune deletes it.
+create table pyjobq.job_step (
+  job_id uuid not null,
+  name varchar(200) not null,
+  attempt smallint not null,
+  worker_id varchar(80) not null,
+  saved_at timestamptz not null,
+  result jsonb,
+  constraint job_step_pkey primary key (job_id, name)
+);
+
+comment on table pyjobq.job_step is
+  'The steps of jobs that their handlers finished: the attempt and worker that recorded each, when, and its '
+  'result. Written by job_step_save, deleted by job_prune with their jobs.';
 
 -- Raises, as a holder's call on job p_job_id that could not act would, unless
 -- p_worker_id holds attempt p_attempt of it with lease token p_lease_token.
@@ -4299,6 +4300,156 @@ $$;
 comment on function pyjobq.job_steps(uuid, text, int, uuid) is
   'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
   'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
+
+-- Waits and signals ----------------------------------------------------------
+
+-- A job waits for a named event (an approval, a webhook, another job's word)
+-- with job_event_wait, and anyone with the enqueue privilege on its type sends
+-- it with job_signal. The waiting attempt ends (PENDING until the timeout, its
+-- try given back, nothing held); the signal makes it due at once, and the
+-- next attempt's job_event_wait returns the payload. Both sides write one row
+-- of pyjobq.job_event, whoever comes first inserting it, so a signal sent
+-- before the wait is there when it comes, and one sent while the job is
+-- about to wait is never missed.
+
+-- A row per job and event name: the primary key orders the wait and the
+-- signal, whichever comes first. Rows stay after the job ends and go with it
+-- when job_prune deletes it.
+create table pyjobq.job_event (
+  job_id uuid not null,
+  name varchar(200) not null,
+  wait_until timestamptz,
+  payload jsonb,
+  signalled_at timestamptz,
+  constraint job_event_pkey primary key (job_id, name)
+);
+
+comment on table pyjobq.job_event is
+  'The events of jobs: when the first wait for each times out (wait_until, set by job_event_wait) and the '
+  'signal sent (payload and signalled_at, set once by job_signal). Deleted by job_prune with their jobs.';
+
+create function pyjobq.job_event_wait(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_name text,
+  p_timeout_seconds double precision default null,
+  p_lease_token uuid default null
+)
+returns table (outcome text, payload jsonb, wait_until timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_event pyjobq.job_event;
+begin
+  perform pyjobq._check_text('p_name', p_name, 200, false);
+  perform pyjobq._check_seconds('p_timeout_seconds', p_timeout_seconds, 0, 31536000);
+  perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  -- The first wait for the name sets its timeout; a later one (the attempt
+  -- the signal or the timeout woke) reads how it ended. A signal being sent
+  -- right now holds the row: this waits for its commit.
+  insert into pyjobq.job_event as e (job_id, name, wait_until)
+  values (p_job_id, p_name, v_now + make_interval(secs => coalesce(p_timeout_seconds, 86400)))
+  on conflict on constraint job_event_pkey
+  do update set wait_until = coalesce(e.wait_until, excluded.wait_until)
+  returning e.* into v_event;
+  if v_event.signalled_at is not null then
+    return query select 'signalled', v_event.payload, v_event.wait_until;
+  elsif v_event.wait_until <= v_now then
+    return query select 'timed_out', null::jsonb, v_event.wait_until;
+  else
+    -- Asleep until the signal or the timeout: the attempt ends here.
+    perform from pyjobq._finish(p_worker_id,
+                                array[row(p_job_id, p_attempt, p_lease_token, 'waiting', null, null,
+                                          v_event.wait_until - v_now, null)::pyjobq.job_end],
+                                v_now, pyjobq._denied_types('work'));
+    if not found then
+      perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
+    end if;
+    return query select 'waiting', null::jsonb, v_event.wait_until;
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid) is
+  'Waits for event p_name (1 to 200 characters) of job p_job_id, if p_worker_id holds attempt p_attempt of it '
+  'with lease token p_lease_token (raising as job_step_save does when it does not). Returns outcome signalled '
+  'and the payload when job_signal sent it, before or after; timed_out once the first wait for the name has '
+  'lasted p_timeout_seconds (0 to 31536000, a day when null); else waiting: the attempt ends, the job PENDING '
+  'until the timeout with its try given back, and job_signal makes it due at once. The next attempt calls it '
+  'again to learn how the wait ended.';
+
+create function pyjobq.job_signal(p_job_id uuid, p_name text, p_payload jsonb default null)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_job_type smallint;
+  v_ended boolean;
+  v_wait timestamptz;
+begin
+  perform pyjobq._check_text('p_name', p_name, 200, false);
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the id of the job that waits for the event.';
+  end if;
+  select j.job_type, j.status in (3, 4, 5)
+    into v_job_type, v_ended
+    from pyjobq.job_all j
+   where j.job_id = p_job_id;
+  if not found then
+    raise exception 'job % does not exist', p_job_id
+      using errcode = 'JQ002',
+            hint = 'It may have been pruned, or the id is wrong.';
+  end if;
+  perform pyjobq._check_privilege('enqueue', array[v_job_type]);
+  if v_ended then
+    raise exception 'job % has ended', p_job_id
+      using errcode = 'JQ003',
+            hint = 'A signal reaches a job that has yet to end.';
+  end if;
+  insert into pyjobq.job_event as e (job_id, name, payload, signalled_at)
+  values (p_job_id, p_name, p_payload, v_now)
+  on conflict on constraint job_event_pkey
+  do update set payload = excluded.payload, signalled_at = excluded.signalled_at
+          where e.signalled_at is null
+  returning e.wait_until into v_wait;
+  if not found then
+    return false;  -- sent before: a signal is delivered once
+  end if;
+  if v_wait > v_now then
+    -- The job sleeps for this event: due now. (Claims skip it until this
+    -- commits; a job claimed meanwhile reads the signal at its next wait.)
+    update pyjobq.job j
+       set run_after = pyjobq._pending_from(v_now, v_now, false),
+           updated_at = v_now
+     where j.job_id = p_job_id
+       and j.status = 1
+       and j.run_after > v_now;
+    if found then
+      perform pyjobq._announce(v_job_type, v_now, v_now);
+    end if;
+  end if;
+  return true;
+end;
+$$;
+
+comment on function pyjobq.job_signal(uuid, text, jsonb) is
+  'Sends event p_name (1 to 200 characters) with p_payload (any JSON, or null) to job p_job_id, of a type the '
+  'caller may enqueue: a job waiting for it (job_event_wait) is due at once, and one that waits for it later '
+  'gets it then. Returns true, or false when the job already had this event (a signal is delivered once; the '
+  'first payload stays). Raises JQ002 for no such job and JQ003 for a job that has ended.';
 
 -- Inspection ------------------------------------------------------------------
 --
@@ -7288,15 +7439,21 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select v_deleted + count(*) into v_deleted from deleted;
-  -- The steps of the jobs gone, up to p_limit: those of a job enqueued before
-  -- the cutoff (its id says when) that is neither active nor in the history.
-  delete from pyjobq.job_step s
-   using (select distinct d.job_id
-            from pyjobq.job_step d
-           where d.job_id < pyjobq._job_id_floor(v_cutoff)
-             and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
-           limit v_limit) g
-   where s.job_id = g.job_id;
+  -- The steps and events of the jobs gone, up to p_limit jobs: those of a job
+  -- enqueued before the cutoff (its id says when) that is neither active nor
+  -- in the history.
+  with gone as (
+    select distinct d.job_id
+      from (select s.job_id from pyjobq.job_step s
+            union all
+            select e.job_id from pyjobq.job_event e) d
+     where d.job_id < pyjobq._job_id_floor(v_cutoff)
+       and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
+     limit v_limit
+  ), steps as (
+    delete from pyjobq.job_step s using gone g where s.job_id = g.job_id
+  )
+  delete from pyjobq.job_event e using gone g where e.job_id = g.job_id;
   -- A finished batch goes once its members have.
   delete from pyjobq.job_batch b
    where b.finished_at < v_cutoff
@@ -7320,7 +7477,7 @@ $$;
 
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
-  'a parent with a dependant yet to end), with their dependency edges and steps: first every day of history that ended '
+  'a parent with a dependant yet to end), with their dependency edges, steps and events: first every day of history that ended '
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
@@ -7448,6 +7605,10 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_worker}'),
   ('pyjobq.job_steps(uuid, text, int, uuid)',
    '{pyjobq_worker}'),
+  ('pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_signal(uuid, text, jsonb)',
+   '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_release(uuid, text, int, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_release_many(text, uuid[], int[], uuid[])',

@@ -1,12 +1,13 @@
-"""Commands that act on a queue's jobs: reap, redrive, cancel, prune."""
+"""Commands that act on a queue's jobs: reap, redrive, cancel, signal, prune."""
 
 from __future__ import annotations
 
+import json
 from uuid import UUID
 
 import click
 
-from pyjobq.cli.common import dsn_option, parse_duration, queue, resolve_type
+from pyjobq.cli.common import dsn_option, fail, parse_duration, queue, resolve_type
 from pyjobq.cli.group import main
 
 
@@ -57,6 +58,29 @@ def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
         rows = q.cancel(ids)
     for row in rows:
         click.echo(f"{row.job_id} {row.outcome}")
+
+
+@main.command()
+@dsn_option
+@click.argument("job_id")
+@click.argument("name")
+@click.option("--payload", default="null", help="the signal's JSON payload [default: null]")
+def signal(dsn: str | None, job_id: str, name: str, payload: str) -> None:
+    """Send event NAME to job JOB_ID (job_signal): a job waiting for it is due at once, one that
+    waits for it later gets it then. Exit 0 when sent, 1 when the job already had it."""
+    try:
+        target = UUID(job_id)
+    except ValueError:
+        raise click.BadParameter("must be a UUID", param_hint="JOB_ID") from None
+    try:
+        value = json.loads(payload)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON: {e}", param_hint="--payload") from None
+    with queue(dsn) as q:
+        sent = q.signal(target, name, value)
+    if not sent:
+        fail(f"job {target} already had event {name!r}: the first signal stays")
+    click.echo(f"{target} {name} sent")
 
 
 @main.command()

@@ -48,7 +48,14 @@ no database error stops the worker, only :meth:`Worker.stop` (or a signal) does:
 
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.context import JobContext, SyncJobContext, job_context, sync_job_context
-from pyjobq.worker.outcomes import DeadLetter, Retry, Snooze, error_text, is_cancelled
+from pyjobq.worker.outcomes import (
+    DeadLetter,
+    Retry,
+    Snooze,
+    WaitTimedOut,
+    error_text,
+    is_cancelled,
+)
 from pyjobq.worker.running import AsyncHandler, Handler, SyncHandler
 from pyjobq.worker.runtime import Worker, make_worker_id
 
@@ -61,6 +68,7 @@ __all__ = [
     "Snooze",
     "SyncHandler",
     "SyncJobContext",
+    "WaitTimedOut",
     "Worker",
     "WorkerConfig",
     "error_text",

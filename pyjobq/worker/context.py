@@ -33,7 +33,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, StepSaved
 from pyjobq.storable import encode_result
-from pyjobq.worker.outcomes import Snooze
+from pyjobq.worker.outcomes import Snooze, Waiting, WaitTimedOut
 
 
 class _Recorded(Exception):
@@ -74,6 +74,18 @@ class RunningJob:
         """``step_save``'s arguments for step ``name`` that returned ``value``."""
         job, result = self.job, encode_result(value)
         return (job.job_id, self.worker_id, job.attempt, name, result, job.lease_token)
+
+    async def wait_for(self, name: str, timeout: float | None) -> Any:
+        """``job_event_wait``: the signal's payload, or WaitTimedOut, or Waiting (asleep)."""
+        job = self.job
+        row = await self.queue.event_wait(
+            job.job_id, self.worker_id, job.attempt, name, timeout, job.lease_token
+        )
+        if row.outcome == "signalled":
+            return row.payload
+        if row.outcome == "timed_out":
+            raise WaitTimedOut(name, row.wait_until)
+        raise Waiting(name, row.wait_until)
 
     def remember(self, name: str, row: StepSaved) -> Any:
         """Keep what the step's record holds (``value`` as stored, or the earlier record's)."""
@@ -124,6 +136,15 @@ class JobContext:
         :class:`~pyjobq.worker.Snooze`): PENDING again, its try given back, its recorded steps
         kept for the attempt that wakes; nothing is held while it sleeps."""
         raise Snooze(seconds)
+
+    async def wait_for(self, name: str, timeout: float | None = None) -> Any:
+        """The payload of event ``name`` (``job_signal``), sent before or after this call. If
+        it has not come, the attempt ends here and the job sleeps, holding nothing, until the
+        signal or ``timeout`` seconds after the first wait for the name (a day when None);
+        the attempt that wakes runs the handler again, its steps recorded, and this call then
+        returns the payload or raises :class:`~pyjobq.worker.WaitTimedOut`. (Until then it
+        raises :class:`~pyjobq.worker.outcomes.Waiting`, a ``BaseException``: let it pass.)"""
+        return await self._run.wait_for(name, timeout)
 
     async def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Step ``name``: its stored result if an earlier run recorded it, else what ``work``
@@ -187,6 +208,10 @@ class SyncJobContext:
     def snooze(self, seconds: float) -> NoReturn:
         """See :meth:`JobContext.snooze`."""
         raise Snooze(seconds)
+
+    def wait_for(self, name: str, timeout: float | None = None) -> Any:
+        """See :meth:`JobContext.wait_for`."""
+        return self._on_loop(self._run.wait_for(name, timeout))
 
     def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`JobContext.step`; the calls go through the worker's connections."""

@@ -1,11 +1,12 @@
-"""The outcomes of an attempt other than completion: failed (retry or DEAD), snoozed, lease
-lost, cancelled; and what a handler raises to choose one."""
+"""The outcomes of an attempt other than completion: failed (retry or DEAD), snoozed, waiting
+for an event, lease lost, cancelled; and what a handler raises to choose one."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import traceback
+from datetime import datetime
 from uuid import UUID
 
 from pyjobq.rows import ClaimedJob, Finish, JobStatus
@@ -32,6 +33,28 @@ class DeadLetter(Exception):
 
 # The longest snooze job_finish_many takes: a year.
 MAX_SNOOZE_SECONDS = 31_536_000
+
+
+class Waiting(BaseException):
+    """Raised by ``ctx.wait_for`` when the job has gone to sleep until its event or timeout:
+    the attempt has ended in the queue already, so nothing of it is sent. A ``BaseException``,
+    as ``asyncio.CancelledError`` is, so that a handler's ``except Exception`` does not keep it
+    running on a job it no longer holds."""
+
+    def __init__(self, name: str, until: datetime) -> None:
+        super().__init__(f"waiting for event {name!r} until {until.isoformat()}")
+        self.name = name
+        self.until = until
+
+
+class WaitTimedOut(TimeoutError):
+    """Raised by ``ctx.wait_for`` when the wait for the event ended at its timeout, no signal
+    sent."""
+
+    def __init__(self, name: str, until: datetime) -> None:
+        super().__init__(f"no event {name!r} by {until.isoformat()}")
+        self.name = name
+        self.until = until
 
 
 class Snooze(Exception):
@@ -118,6 +141,14 @@ class Outcomes:
         s.hook(s.hooks.on_job_end, held.job, "snoozed", None)
         until = row.run_after.isoformat() if row.run_after is not None else "now"
         log.info("job snoozed until %s", until, extra=s.extra(held.job))
+
+    def waiting(self, held: Held, wait: Waiting) -> None:
+        """``held``'s handler went to sleep until its event (``job_event_wait`` ended the
+        attempt): nothing is sent for it."""
+        s = self.state
+        s.metrics.waiting += 1
+        s.hook(s.hooks.on_job_end, held.job, "waiting", None)
+        log.info("job %s", wait, extra=s.extra(held.job))
 
     @staticmethod
     def fail(held: Held, error: BaseException, delay: float | None, dead_letter: bool) -> None:

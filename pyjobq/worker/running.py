@@ -20,7 +20,7 @@ from pyjobq.tracing import handler_span, in_current_context
 from pyjobq.worker.claiming import Claimer
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.context import RunningJob, running
-from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry, Snooze
+from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry, Snooze, Waiting
 from pyjobq.worker.state import Held, WorkerState
 
 SyncHandler = Callable[[ClaimedJob], Payload | None]
@@ -115,6 +115,9 @@ class Runner:
                 else:
                     held.task = self.in_thread(held, handler, context)
                     result = await held.task
+        except Waiting as e:  # asleep until its event: the attempt ended in the queue
+            self.outcomes.waiting(held, e)
+            return
         except asyncio.CancelledError:
             if held.timed_out:
                 self.past_deadline(held)

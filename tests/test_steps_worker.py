@@ -138,6 +138,41 @@ def test_a_job_context_exists_only_inside_a_handler() -> None:
         sync_job_context()
 
 
+def test_a_handler_completes_its_job_in_the_transaction_of_its_writes(dsn: str, conn: Conn) -> None:
+    """ctx.complete_tx: the order row and the job's DONE commit together; an attempt whose
+    transaction rolls back leaves neither, and fails as any other."""
+    conn.execute("create table orders (job_id uuid not null, attempt int not null)")
+
+    async def handler(job: ClaimedJob) -> Payload:
+        ctx = job_context()
+        async with (
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c,
+            c.transaction(),
+        ):
+            await c.execute("insert into orders values (%s, %s)", (job.job_id, job.attempt))
+            await ctx.complete_tx(c, {"order_of_attempt": job.attempt})
+            if job.attempt == 1:
+                raise Retry(0)  # rolls back the order and the DONE alike
+        return {"not": "stored"}
+
+    def sync_handler(job: ClaimedJob) -> Payload:
+        with psycopg.connect(dsn, autocommit=True) as c, c.transaction():
+            c.execute("insert into orders values (%s, %s)", (job.job_id, job.attempt))
+            sync_job_context().complete_tx(c, {"sync": True})
+        return {}
+
+    q = JobQueue(conn)
+    first, second = q.enqueue(1, {}).job_id, q.enqueue(2, {}).job_id
+    with running(Worker(dsn, {1: handler, 2: sync_handler}, concurrency=2)) as r:
+        wait_for(lambda: done(conn, first) and done(conn, second), "both jobs to end")
+        metrics = r.stop()
+    assert result_of(conn, first) == (3, 2, {"order_of_attempt": 2})
+    assert result_of(conn, second) == (3, 1, {"sync": True})
+    orders = conn.execute("select job_id, attempt from orders order by attempt").fetchall()
+    assert sorted(orders) == sorted([(first, 2), (second, 1)])
+    assert (metrics.completed, metrics.failed, metrics.lease_lost) == (2, 1, 0)
+
+
 KILLS = 50
 
 

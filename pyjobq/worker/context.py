@@ -34,6 +34,7 @@ from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, StepSaved
 from pyjobq.storable import encode_result
 from pyjobq.worker.outcomes import Snooze, Waiting, WaitTimedOut
+from pyjobq.worker.state import Held
 
 
 class _Recorded(Exception):
@@ -46,17 +47,18 @@ class _Recorded(Exception):
 
 
 class RunningJob:
-    """What the worker knows of the job a handler runs: the job, its holder, the worker's
-    queue and loop, and the steps recorded so far (read once, at the first step)."""
+    """What the worker knows of the job a handler runs: the job as held, its holder, the
+    worker's queue and loop, and the steps recorded so far (read once, at the first step)."""
 
     def __init__(
         self,
-        job: ClaimedJob,
+        held: Held,
         worker_id: str,
         queue: AsyncJobQueue,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self.job = job
+        self.held = held
+        self.job = held.job
         self.worker_id = worker_id
         self.queue = queue
         self.loop = loop
@@ -86,6 +88,13 @@ class RunningJob:
         if row.outcome == "timed_out":
             raise WaitTimedOut(name, row.wait_until)
         raise Waiting(name, row.wait_until)
+
+    def complete_args(self, result: object) -> tuple[Any, ...]:
+        """``complete``'s arguments for this job and ``result``; from here on the heartbeat
+        leaves the job's row to the caller's transaction, which holds it."""
+        job, encoded = self.job, encode_result(result)
+        self.held.completed_in_tx = True
+        return (job.job_id, self.worker_id, job.attempt, encoded, job.lease_token)
 
     def remember(self, name: str, row: StepSaved) -> Any:
         """Keep what the step's record holds (``value`` as stored, or the earlier record's)."""
@@ -136,6 +145,15 @@ class JobContext:
         :class:`~pyjobq.worker.Snooze`): PENDING again, its try given back, its recorded steps
         kept for the attempt that wakes; nothing is held while it sleeps."""
         raise Snooze(seconds)
+
+    async def complete_tx(self, conn: psycopg.AsyncConnection[Any], result: Any = None) -> None:
+        """Complete the job (``job_complete``, with ``result``) on ``conn``, in the transaction
+        open there: the handler's writes and the job's DONE commit together. Call it inside a
+        transaction block that commits right after, then return (what the handler returns is
+        not stored). If that transaction rolls back and the handler returns anyway, the job is
+        not DONE: it runs again once its lease has run out; if the handler raises, the attempt
+        fails as any other."""
+        await AsyncJobQueue(conn).complete(*self._run.complete_args(result))
 
     async def wait_for(self, name: str, timeout: float | None = None) -> Any:
         """The payload of event ``name`` (``job_signal``), sent before or after this call. If
@@ -208,6 +226,10 @@ class SyncJobContext:
     def snooze(self, seconds: float) -> NoReturn:
         """See :meth:`JobContext.snooze`."""
         raise Snooze(seconds)
+
+    def complete_tx(self, conn: psycopg.Connection[Any], result: Any = None) -> None:
+        """See :meth:`JobContext.complete_tx`."""
+        JobQueue(conn).complete(*self._run.complete_args(result))
 
     def wait_for(self, name: str, timeout: float | None = None) -> Any:
         """See :meth:`JobContext.wait_for`."""

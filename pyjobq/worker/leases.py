@@ -40,7 +40,9 @@ class Heartbeat:
             due = [
                 h
                 for h in [*s.running, *s.done, *s.flushing]
-                if not h.lost and now - h.renewed_at > self.lease_seconds / 3
+                if not h.lost
+                and not h.completed_in_tx
+                and now - h.renewed_at > self.lease_seconds / 3
             ]
             for start in range(0, len(due), MAX_BATCH):
                 error = await self.renew(due[start : start + MAX_BATCH])

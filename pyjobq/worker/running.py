@@ -104,7 +104,7 @@ class Runner:
         # sync one in the pool, and the watchdog stops either at its deadline.
         try:
             with handler_span(job, s.worker_id):
-                context = RunningJob(job, s.worker_id, s.queue, asyncio.get_running_loop())
+                context = RunningJob(held, s.worker_id, s.queue, asyncio.get_running_loop())
                 if job.job_type in self.outcomes.async_types:
                     held.runner = asyncio.current_task()
                     try:
@@ -132,6 +132,10 @@ class Runner:
         except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us
             self.outcomes.fail(held, e, None, False)
         else:
+            if held.completed_in_tx:  # DONE in the handler's own transaction: nothing to send
+                s.metrics.completed += 1
+                s.hook(s.hooks.on_job_end, job, "completed", None)
+                return
             if not held.lost:
                 try:
                     held.result = encode_result(result)

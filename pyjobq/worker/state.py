@@ -78,6 +78,9 @@ class Held:
     deadline_at: float | None = None
     deadline_seconds: float | None = None
     timed_out: bool = False
+    # The handler completed the job in its own transaction (ctx.complete_tx): nothing to send,
+    # and the heartbeat leaves its row to that transaction.
+    completed_in_tx: bool = False
 
 
 class WorkerState:

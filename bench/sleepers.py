@@ -105,74 +105,95 @@ def server_ms(conn: Conn, statement: str, params: Sequence[object]) -> float:
     return float(plan[0][0]["Execution Time"])
 
 
-def time_calls(conn: Conn, claims: int, types: list[int] | None) -> dict[str, tuple[float, float]]:
-    """Median round trip and server ms of a one-job claim of ``types`` with a type-1 job due
-    (completed before the next claim), of the same claim with nothing due, and of
-    job_next_due(null)."""
-    claim = "select job_id, attempt from pyjobq.job_claim('w', 1, null, %s::int[])"
-    calls: dict[str, tuple[str, Sequence[object], int | None]] = {
-        "one due": (claim, (types,), 1),
-        "nothing due": (claim, (types,), 0),
-        "job_next_due": ("select pyjobq.job_next_due(null)", (), None),
-    }
-    results: dict[str, tuple[float, float]] = {}
-    for label, (statement, params, claimed) in calls.items():
-        if claimed:
-            # A type-1 job for every claim of both passes, each completed after its claim.
-            enqueue_empty(conn, 1, 2 * claims)
-            conn.execute("vacuum analyze pyjobq.job")
-        trips: list[float] = []
-        server: list[float] = []
-        for _ in range(claims):
-            started = time.perf_counter()
-            rows = conn.execute(statement, params).fetchall()
-            trips.append((time.perf_counter() - started) * 1000)
-            if claimed is not None:
-                assert len(rows) == claimed, (label, rows)
-                complete_held(conn)
-        for _ in range(claims):
-            server.append(server_ms(conn, statement, params))
-            if claimed is not None:
-                complete_held(conn)
-        results[label] = (statistics.median(trips), statistics.median(server))
-        left = conn.execute("select count(*) from pyjobq.job where job_type = 1").fetchone()
-        assert left is not None
-        assert left[0] == 0, (label, left)
-    return results
+CLAIM = "select job_id, attempt from pyjobq.job_claim('w', 1, null, %s::int[])"
+COMPLETE = "select count(*) from pyjobq.job_complete_many('w', %s::uuid[], %s::int[])"
+CASES = ("one due", "drained", "idle", "job_next_due")
+
+
+def time_calls(conn: Conn, claims: int, types: list[int] | None) -> dict[str, list[list[float]]]:
+    """Round trip and server ms (``[trips, server]``) of a one-job claim of ``types``: with a
+    type-1 job due (completed before the next claim); with nothing due right after claiming and
+    completing the only due job (the session's claim front live, as for the last claim of a
+    drain); with nothing due and no front (an idle worker's poll); and of job_next_due(null)."""
+    samples: dict[str, list[list[float]]] = {case: [[], []] for case in CASES}
+
+    def timed(case: str, statement: str, params: Sequence[object], claimed: int | None) -> None:
+        started = time.perf_counter()
+        rows = conn.execute(statement, params).fetchall()
+        samples[case][0].append((time.perf_counter() - started) * 1000)
+        if claimed is not None:
+            assert len(rows) == claimed, (case, rows)
+            complete_held(conn)
+        samples[case][1].append(server_ms(conn, statement, params))
+        if claimed is not None:
+            complete_held(conn)
+
+    enqueue_empty(conn, 1, 2 * claims)
+    conn.execute("vacuum analyze pyjobq.job")
+    for _ in range(claims):
+        timed("one due", CLAIM, (types,), 1)
+    for _ in range(claims):
+        enqueue_empty(conn, 1, 1)
+        rows = conn.execute(CLAIM, (types,)).fetchall()
+        conn.execute(COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
+        timed("drained", CLAIM, (types,), 0)
+    conn.execute(
+        "select pg_sleep(1.1)"
+    )  # the front has lived its second; an empty claim writes none
+    for _ in range(claims):
+        timed("idle", CLAIM, (types,), 0)
+        timed("job_next_due", "select pyjobq.job_next_due(null)", (), None)
+    left = conn.execute("select count(*) from pyjobq.job where job_type = 1").fetchone()
+    assert left is not None
+    assert left[0] == 0, left
+    return samples
 
 
 def complete_held(conn: Conn) -> None:
-    """Complete every job that worker ``w`` holds."""
+    """Complete every job that worker ``w`` holds (found through job_lease_idx)."""
     held = conn.execute(
         "select array_agg(job_id), array_agg(attempts) from pyjobq.job"
-        " where worker_id = 'w' and status = 2"
+        " where lease_until is not null and worker_id = 'w'"
     ).fetchone()
     if held and held[0]:
-        conn.execute(
-            "select count(*) from pyjobq.job_complete_many('w', %s::uuid[], %s::int[])",
-            (held[0], held[1]),
-        )
+        conn.execute(COMPLETE, (held[0], held[1]))
 
 
-def explain_empty_claim(conn: Conn, types: list[int] | None) -> None:
-    """The plans inside job_claim that read job_claim_idx, for one claim with nothing due."""
+def explain_empty_claims(conn: Conn, types: list[int] | None) -> None:
+    """The plans inside job_claim that read job_claim_idx, condensed, for a claim with nothing
+    due right after claiming the only due job (front live), and one a second later (no front)."""
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     conn.execute("load 'auto_explain'")
-    for setting, value in (
-        ("auto_explain.log_min_duration", "0"),
-        ("auto_explain.log_nested_statements", "on"),
-        ("auto_explain.log_analyze", "on"),
-        ("auto_explain.log_buffers", "on"),
-        ("auto_explain.log_timing", "on"),
-        ("auto_explain.log_level", "notice"),
-    ):
-        conn.execute("select set_config(%s, %s, false)", (setting, value))
-    conn.execute("select * from pyjobq.job_claim('w', 1, null, %s::int[])", (types,)).fetchall()
-    conn.execute("select set_config('auto_explain.log_min_duration', '-1', false)")
-    for notice in notices:
-        if "job_claim_idx" in notice:
-            print("    " + notice.replace("\n", "\n    "))
+    settings = {
+        "log_nested_statements": "on",
+        "log_analyze": "on",
+        "log_buffers": "on",
+        "log_timing": "on",
+        "log_level": "notice",
+    }
+    for setting, value in settings.items():
+        conn.execute("select set_config(%s, %s, false)", (f"auto_explain.{setting}", value))
+    enqueue_empty(conn, 1, 1)
+    rows = conn.execute(CLAIM, (types,)).fetchall()
+    conn.execute(COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
+    for label in ("drained, front live", "idle, no front"):
+        if label.startswith("idle"):
+            conn.execute("select pg_sleep(1.1)")
+        notices.clear()
+        conn.execute("select set_config('auto_explain.log_min_duration', '0', false)")
+        conn.execute(CLAIM, (types,)).fetchall()
+        conn.execute("select set_config('auto_explain.log_min_duration', '-1', false)")
+        print(f"  {label}:")
+        for notice in notices:
+            if "Index Scan using job_claim_idx" not in notice:
+                continue
+            node = False  # within an index scan of job_claim_idx: its detail lines follow
+            for line in notice.splitlines():
+                if "->" in line or "CTE " in line:
+                    node = "Index Scan using job_claim_idx" in line
+                if node or "CTE " in line or line.startswith("duration"):
+                    print("    " + line.rstrip())
 
 
 def main() -> None:
@@ -182,7 +203,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--claims", type=int, default=200, help="calls timed per case and round")
+    parser.add_argument("--claim-rounds", type=int, default=2)
     parser.add_argument(
         "--any-type", action="store_true", help="drain with p_job_types null (every type)"
     )
@@ -224,23 +246,37 @@ def main() -> None:
                 flush=True,
             )
 
-        claims: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         for name in DATABASES:
             with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
                 conn.execute("truncate pyjobq.job_history")
                 conn.execute("vacuum analyze pyjobq.job, pyjobq.job_history")
                 print(f"{name} ({DATABASES[name]}) after:  pyjobq.job {sizes(conn)}", flush=True)
-                for label, types in (("{1}", [1]), ("null", None)):
-                    claims[(name, label)] = time_calls(conn, args.claims, types)
-                if args.explain:
-                    print(f"{name}: plans reading job_claim_idx, one claim of {{1}}, nothing due")
-                    explain_empty_claim(conn, [1])
+        # (database, p_job_types) -> case -> [round trips, server times], every round's samples
+        claims: dict[tuple[str, str], dict[str, list[list[float]]]] = {}
+        for round_ in range(args.claim_rounds):
+            order = list(DATABASES) if round_ % 2 == 0 else list(reversed(DATABASES))
+            for name in order:
+                with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
+                    for label, types in (("{1}", [1]), ("null", None)):
+                        got = time_calls(conn, args.claims, types)
+                        into = claims.setdefault((name, label), {c: [[], []] for c in CASES})
+                        for case, (trips, server) in got.items():
+                            into[case][0].extend(trips)
+                            into[case][1].extend(server)
+        if args.explain:
+            for name in DATABASES:
+                with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
+                    print(
+                        f"{name} ({DATABASES[name]}): job_claim('w', 1, null, {{1}}), nothing due"
+                    )
+                    explain_empty_claims(conn, [1])
 
         with psycopg.connect(pg.dsn("B"), autocommit=True) as conn:
             row = conn.execute(
                 "select count(*), count(*) filter (where status = 1 and worker_id is null"
-                " and lease_until is null and lease_token is null and snoozes = 1"
+                " and lease_until is null and snoozes = 1"
                 " and run_after > now() + interval '23 hours'),"
+                " count(*) filter (where lease_token is not null),"
                 " (select count(*) from pg_locks l where l.relation = 'pyjobq.job'::regclass"
                 " and l.pid <> pg_backend_pid())"
                 " from pyjobq.job where job_type = 2"
@@ -248,8 +284,8 @@ def main() -> None:
             assert row is not None
             print(
                 f"B sleepers: {row[0]:,} of type 2, {row[1]:,} of them PENDING, due in more than"
-                f" 23 h, snoozes = 1, no worker_id, no lease_until, no lease_token;"
-                f" locks on pyjobq.job held by other sessions: {row[2]}"
+                f" 23 h, snoozes = 1, no worker_id, no lease_until ({row[2]:,} keep their last"
+                f" attempt's lease_token); locks on pyjobq.job held by other sessions: {row[3]}"
             )
 
     what = "any type" if args.any_type else "type 1"
@@ -265,14 +301,25 @@ def main() -> None:
         f" ({min(ratios):.3f}-{max(ratios):.3f})"
     )
     print(
-        f"\none call, median of {args.claims}, ms: round trip / server (EXPLAIN ANALYZE"
-        " Execution Time), one statement per autocommit transaction"
+        f"\none call, ms, median of {args.claims * args.claim_rounds} (p90): round trip | server"
+        " (EXPLAIN ANALYZE Execution Time); one statement per autocommit transaction"
     )
-    for (name, label), figures in claims.items():
-        cells = ", ".join(
-            f"{what_}: {trip:.3f} / {server:.3f}" for what_, (trip, server) in figures.items()
-        )
-        print(f"{name} job_claim p_job_types {label:<4} {cells}")
+    for case in CASES:
+        print(f"  {case}:")
+        for (name, label), figures in claims.items():
+            trips, server = figures[case]
+            where = f"in the {label} pass" if case == "job_next_due" else f"p_job_types {label}"
+            print(
+                f"    {name} ({DATABASES[name]:<11}) {where:<16}"
+                f" {statistics.median(trips):6.3f} ({percentile(trips, 0.9):6.3f})"
+                f" | {statistics.median(server):6.3f} ({percentile(server, 0.9):6.3f})"
+            )
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(p * len(ordered) + 0.999999) - 1))]
 
 
 if __name__ == "__main__":

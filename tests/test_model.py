@@ -3,12 +3,12 @@
 Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows), enqueue with
 parents (dependencies, either policy on a parent's failure), batches (open, join, close, and their
 callbacks), claim, complete, complete_many, fail, renew, release, reap, redrive, cancel, prune, a
-schedule's set and tick, a type's concurrency and rate limits, and clock moves against one
-database. ``Model`` predicts
-every row and every outcome (including which SQLSTATE a stale holder gets); where the queue may
-legitimately choose (ties in claim order, backoff jitter) the test checks the choice is allowed
-and then adopts it. After every step the whole table, ``job_counts()`` and the structural
-invariants are compared with the model.
+schedule's set and tick, a type's concurrency and rate limits, checkpointed steps, snoozes (and
+their bound), waits for events and their signals, and clock moves against one database.
+``Model`` predicts every row and every outcome (including which SQLSTATE a stale holder gets);
+where the queue may legitimately choose (ties in claim order, backoff jitter) the test checks the
+choice is allowed and then adopts it. After every step the whole table, ``job_counts()``, the
+steps, events and snoozes, and the structural invariants are compared with the model.
 
 Every draw has the same constraints whatever the model holds: a rule that acts on a job or a
 token draws an index (``PICK``) and takes that index modulo what the model holds at that step,
@@ -64,6 +64,8 @@ ENDED = (DONE, DEAD, CANCELLED)
 WORKERS = ("w1", "w2")
 KEYS = ("k1", "k2", "k3")
 TYPES = (1, 2)
+STEPS = ("s1", "s2")
+EVENTS = ("e1", "e2")
 
 # An index into a list the model holds (jobs in enqueue order, tokens in claim order), taken
 # modulo the list's length when the rule runs: see the module docstring.
@@ -204,6 +206,12 @@ class QueueMachine(RuleBasedStateMachine):
         # Batches in the order opened, and the batch of each member.
         self.batches: dict[UUID, Batch] = {}
         self.batch_of: dict[UUID, UUID] = {}
+        # Each job's recorded steps by name; each (job, event name)'s first wait's timeout, the
+        # payload sent and whether one was; each active job's snoozes, and their bound.
+        self.steps: dict[UUID, dict[str, Any]] = {}
+        self.events: dict[tuple[UUID, str], tuple[datetime | None, Any, bool]] = {}
+        self.snoozes: dict[UUID, int] = {}
+        self.max_snoozes = 1000
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -380,11 +388,12 @@ class QueueMachine(RuleBasedStateMachine):
         RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
         self.conn.execute(
             "truncate pyjobq.job, pyjobq.job_history, pyjobq.rate_window, pyjobq.job_edge,"
-            " pyjobq.job_batch"
+            " pyjobq.job_batch, pyjobq.job_step, pyjobq.job_event"
         )
         self.conn.execute("delete from pyjobq.schedule")
         self.set_limits(1, None, rate)
         self.set_limits(2, max_running, None)
+        self.set_snoozes(1000)
         # Backoff jitter and the random bits of job ids: the same for a replay of this example.
         self.conn.execute("select setseed(0.5)")
         # The clock goes back to FROZEN: the claim front assumes a clock that does not go back.
@@ -895,6 +904,7 @@ class QueueMachine(RuleBasedStateMachine):
                 job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
                 worker_id=None, updated_at=self.now,
             )  # fmt: skip
+            self.snoozes.pop(job_id, None)  # a fresh count
             if job_id in self.batch_of:
                 self.batches[self.batch_of[job_id]].finished_at = None
         # A dependant moved only with none of its parents left DEAD or CANCELLED by the call,
@@ -976,6 +986,114 @@ class QueueMachine(RuleBasedStateMachine):
         for child, parents in self.parents.items():
             self.parents[child] = [p for p in parents if p not in gone]
 
+    @rule(index=PICK, name=st.sampled_from(STEPS), value=st.integers(0, 9))
+    def save_step(self, index: int, name: str, value: int) -> None:
+        """Only the holder records a step; the first record of a name stays, in every attempt."""
+        token = self.token_at(index)
+        got = self.call_as_holder(
+            token,
+            lambda: self.q.step_save(token.job_id, token.worker_id, token.attempt, name, value),
+        )
+        if got is None:
+            return
+        recorded = self.steps.setdefault(token.job_id, {})
+        assert (got.saved, got.result) == (name not in recorded, recorded.get(name, value))
+        recorded.setdefault(name, value)
+        steps = self.q.steps(token.job_id, token.worker_id, token.attempt)
+        assert {s.name: s.result for s in steps} == recorded
+
+    @rule(bound=st.sampled_from([0, 1, 2, 1000]))
+    def set_snoozes(self, bound: int) -> None:
+        for job_type in TYPES:
+            self.q.type_set_snoozes(job_type, bound)
+        self.max_snoozes = bound
+
+    @rule(index=PICK, delay=st.sampled_from([0, 5, 60]))
+    def snooze(self, index: int, delay: int) -> None:
+        """A holder's snooze: PENDING after the delay, the try given back, counted; DEAD past
+        the bound. Any other token's changes nothing."""
+        token = self.token_at(index)
+        held = self.expect_not_held(token) is None
+        before = self.db_rows()
+        (got,) = self.q.finish_many(
+            token.worker_id, [token.job_id], [token.attempt], ["snoozed"], None, None, [delay]
+        )
+        if not held:
+            assert self.db_rows() == before
+            return
+        job, count = self.jobs[token.job_id], self.snoozes.get(token.job_id, 0)
+        if count >= self.max_snoozes:
+            assert got.status == DEAD
+            self.jobs[token.job_id] = replace(
+                job, status=DEAD, lease_until=None, updated_at=self.now
+            )
+            self.ended({token.job_id})
+            return
+        woken = self.now + timedelta(seconds=delay)
+        assert (got.status, got.run_after) == (PENDING, woken)
+        self.jobs[token.job_id] = replace(
+            job,
+            status=PENDING,
+            run_after=woken,
+            attempts_refunded=job.attempts_refunded + 1,
+            worker_id=None,
+            lease_until=None,
+            updated_at=self.now,
+        )
+        self.snoozes[token.job_id] = count + 1
+
+    @rule(index=PICK, name=st.sampled_from(EVENTS), timeout=st.sampled_from([1, 60]))
+    def wait(self, index: int, name: str, timeout: int) -> None:
+        """A holder's wait: the payload once signalled, timed out once the first wait's timeout
+        has come, else asleep (PENDING until the timeout, the try given back)."""
+        token = self.token_at(index)
+        got = self.call_as_holder(
+            token,
+            lambda: self.q.event_wait(token.job_id, token.worker_id, token.attempt, name, timeout),
+        )
+        if got is None:
+            return
+        key = (token.job_id, name)
+        until, payload, signalled = self.events.get(key, (None, None, False))
+        until = until or self.now + timedelta(seconds=timeout)
+        self.events[key] = (until, payload, signalled)
+        if signalled:
+            assert (got.outcome, got.payload) == ("signalled", payload)
+        elif until <= self.now:
+            assert (got.outcome, got.payload) == ("timed_out", None)
+        else:
+            assert (got.outcome, got.wait_until) == ("waiting", until)
+            job = self.jobs[token.job_id]
+            self.jobs[token.job_id] = replace(
+                job,
+                status=PENDING,
+                run_after=until,
+                attempts_refunded=job.attempts_refunded + 1,
+                worker_id=None,
+                lease_until=None,
+                updated_at=self.now,
+            )
+
+    @rule(index=PICK, name=st.sampled_from(EVENTS), payload=st.integers(0, 9))
+    def signal(self, index: int, name: str, payload: int) -> None:
+        """A signal to a job yet to end is taken once; a job asleep for it is due at once."""
+        job_id = self.job_at(index)
+        job = self.jobs.get(job_id)
+        if job is None or job.status in ENDED:
+            before = self.db_rows()
+            with pytest.raises(JobNotFound if job is None else JobAlreadyFinished):
+                self.q.signal(job_id, name, payload)
+            assert self.db_rows() == before
+            return
+        until, _, signalled = self.events.get((job_id, name), (None, None, False))
+        assert self.q.signal(job_id, name, payload) is not signalled
+        if signalled:
+            return
+        self.events[(job_id, name)] = (until, payload, True)
+        asleep = job.status == PENDING and job.run_after > self.now
+        if until is not None and until > self.now and asleep:
+            self.jobs[job_id] = replace(job, run_after=self.now, updated_at=self.now)
+
     @rule(index=PICK, worker=st.sampled_from(WORKERS), attempt=st.integers(1, 4))
     def forged_token(self, index: int, worker: str, attempt: int) -> None:
         """Any (job, worker, attempt) the model says is not held is refused with the right code
@@ -1003,6 +1121,38 @@ class QueueMachine(RuleBasedStateMachine):
                 held = (job.job_type, job.dedupe_key)
                 assert held not in active, "two active jobs of a type share a dedupe key"
                 active.add(held)
+
+    @invariant()
+    def durable_state_matches(self) -> None:
+        """The steps and events of the jobs the model holds are what it recorded (those of a
+        pruned job may go later, with its prune's limit), and each active job's snoozes."""
+        steps: dict[UUID, dict[str, Any]] = {}
+        for job_id, name, result in self.conn.execute(
+            "select job_id, name, result from pyjobq.job_step"
+        ):
+            steps.setdefault(job_id, {})[name] = result
+        assert {j: s for j, s in steps.items() if j in self.jobs} == {
+            j: s for j, s in self.steps.items() if j in self.jobs and s
+        }
+        assert steps.keys() <= self.steps.keys()
+        events = {
+            (j, n): (until, payload, sent is not None)
+            for j, n, until, payload, sent in self.conn.execute(
+                "select job_id, name, wait_until, payload, signalled_at from pyjobq.job_event"
+            )
+        }
+        assert {k: e for k, e in events.items() if k[0] in self.jobs} == {
+            k: e for k, e in self.events.items() if k[0] in self.jobs
+        }
+        assert events.keys() <= self.events.keys()
+        snoozes = dict(
+            self.conn.execute("select job_id, snoozes from pyjobq.job where snoozes > 0")
+        )
+        assert snoozes == {
+            j: n
+            for j, n in self.snoozes.items()
+            if n and j in self.jobs and self.jobs[j].status in ACTIVE
+        }
 
     @invariant()
     def edges_match(self) -> None:

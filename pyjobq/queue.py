@@ -398,6 +398,19 @@ class JobQueue(Batches, QueueAdmin):
         params = (job_id, worker_id, attempt, lease_token)
         return self._rows(Step, statements.STEPS, params)
 
+    def progress(
+        self,
+        job_id: UUID,
+        worker_id: str,
+        attempt: int,
+        progress: Payload | Jsonb | None,
+        lease_token: UUID | None = None,
+    ) -> None:
+        """``job_progress``: report a held job's progress (a JSON object of at most 8 KiB;
+        ``None`` clears it); ``get`` shows the latest while the job is yet to end."""
+        params = (job_id, worker_id, attempt, jsonb(progress), lease_token)
+        self._scalar(statements.PROGRESS, params)
+
     def event_wait(
         self,
         job_id: UUID,

@@ -274,7 +274,8 @@ class CountRow:
 class JobInfo:
     """The row of ``job_get``: one job with everything a person needs to see what happened.
 
-    ``lease_until`` is set while RUNNING, ``finished_at`` once DONE or DEAD.
+    ``lease_until`` is set while RUNNING, ``finished_at`` once DONE or DEAD; ``snoozes`` and
+    ``progress`` (the handler's last report) while the job is yet to end.
     """
 
     job_id: UUID
@@ -299,6 +300,8 @@ class JobInfo:
     metadata: dict[str, Any] | None = None
     waiting_on: int | None = None
     batch_id: UUID | None = None
+    snoozes: int | None = None
+    progress: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

@@ -89,6 +89,9 @@ STEPS: LiteralString = (
     "select name, result, attempt, saved_at from pyjobq.job_steps("
     "%s::uuid, %s::text, %s::int, %s::uuid)"
 )
+PROGRESS: LiteralString = (
+    "select pyjobq.job_progress(%s::uuid, %s::text, %s::int, %s::jsonb, %s::uuid)"
+)
 EVENT_WAIT: LiteralString = (
     "select outcome, payload, wait_until from pyjobq.job_event_wait("
     "%s::uuid, %s::text, %s::int, %s::text, %s::float8, %s::uuid)"
@@ -109,8 +112,8 @@ COUNTS: LiteralString = (
 GET: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
-    " run_started_at, finished_at, created_at, updated_at, metadata, waiting_on, batch_id"
-    " from pyjobq.job_get(%s::uuid)"
+    " run_started_at, finished_at, created_at, updated_at, metadata, waiting_on, batch_id,"
+    " snoozes, progress from pyjobq.job_get(%s::uuid)"
 )
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"

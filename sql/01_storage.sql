@@ -18,6 +18,7 @@
 --   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
+--   job_progress                     -> a RUNNING job's progress, as its handler reports it (job_get shows it)
 --   job_event_wait / job_signal      -> a job asleep (PENDING) until an event is sent to it or its wait times out
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
@@ -144,7 +145,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 53
+  select 54
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -249,8 +250,10 @@ create table pyjobq.job (
   lease_until timestamptz,
   run_started_at timestamptz,
   updated_at timestamptz not null,
-  -- Changed by a snooze (last: it came after the others, without a rewrite).
+  -- Changed by a snooze and by the handler's progress (last: they came after
+  -- the others, without a rewrite).
   snoozes smallint not null default 0,
+  progress jsonb,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -301,6 +304,9 @@ comment on column pyjobq.job.notify_done is
 comment on column pyjobq.job.snoozes is
   'How many times a handler put the job back to sleep (job_finish_many''s snoozed): each gives its claim back, '
   'as attempts_refunded counts, and job_type_set_snoozes bounds them. Not kept in the history.';
+comment on column pyjobq.job.progress is
+  'What the handler last reported of its progress (job_progress), a JSON object; job_get shows it. Not kept '
+  'in the history.';
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';

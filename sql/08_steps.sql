@@ -1,4 +1,4 @@
--- Steps -----------------------------------------------------------------------
+-- Steps and progress --------------------------------------------------------
 
 -- The units of work a job's handler finished, by name, so that a later
 -- attempt of the same job reads a step's result instead of doing the work
@@ -123,3 +123,44 @@ $$;
 comment on function pyjobq.job_steps(uuid, text, int, uuid) is
   'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
   'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
+
+-- What a handler reports of its progress while it runs, for people watching
+-- (job_get, the dashboard): its latest report only, in the job's row, whose
+-- update stays within its page (no index covers the column).
+create function pyjobq.job_progress(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_progress jsonb,
+  p_lease_token uuid default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
+  perform pyjobq._check_payload('p_progress', p_progress);
+  if pg_column_size(p_progress) > 8192 then
+    raise exception 'p_progress must be at most 8 KiB'
+      using errcode = '22023',
+            detail = format('p_progress took %s bytes.', pg_column_size(p_progress)),
+            hint = 'Report a few figures, e.g. {"done": 40, "of": 100}.';
+  end if;
+  update pyjobq.job j
+     set progress = p_progress
+   where j.job_id = p_job_id
+     and pyjobq._holds(j, p_worker_id, p_attempt, p_lease_token, pyjobq._denied_types('work'));
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_progress(uuid, text, int, jsonb, uuid) is
+  'Sets the progress of job p_job_id to p_progress (a JSON object of at most 8 KiB, or null to clear it), if '
+  'p_worker_id holds attempt p_attempt of it with lease token p_lease_token; raises JQ001, JQ002, JQ003 or JQ005 '
+  'as job_complete does when it does not. job_get shows the latest report while the job is yet to end.';

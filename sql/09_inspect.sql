@@ -210,7 +210,9 @@ returns table (
   updated_at timestamptz,
   metadata jsonb,
   waiting_on int,
-  batch_id uuid
+  batch_id uuid,
+  snoozes int,
+  progress jsonb
 )
 language plpgsql
 stable
@@ -231,9 +233,11 @@ begin
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
-         j.waiting_on, j.batch_id
+         j.waiting_on, j.batch_id, a.snoozes::int, a.progress
     from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
+    -- What only a job yet to end keeps.
+    left join pyjobq.job a on a.job_id = j.job_id
    where j.job_id = p_job_id;
 end;
 $$;
@@ -242,8 +246,9 @@ comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
   '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), the metadata of its enqueue, how many parents it '
-  'still waits for (waiting_on; null without parents: job_dependencies lists them) and its batch. No row when there is no such job (never enqueued, '
-  'or pruned).';
+  'still waits for (waiting_on; null without parents: job_dependencies lists them), its batch, and, while it is '
+  'yet to end, how many times it snoozed and the progress its handler last reported (job_progress; null once it '
+  'ended). No row when there is no such job (never enqueued, or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
 -- time-ordered, so a creation range is an id range of job_pkey.

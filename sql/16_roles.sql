@@ -68,6 +68,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_worker}'),
   ('pyjobq.job_steps(uuid, text, int, uuid)',
    '{pyjobq_worker}'),
+  ('pyjobq.job_progress(uuid, text, int, jsonb, uuid)',
+   '{pyjobq_worker}'),
   ('pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_signal(uuid, text, jsonb)',

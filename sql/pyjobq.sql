@@ -40,6 +40,7 @@
 --   job_worker_idle / job_worker_busy -> a worker asleep on LISTEN, so that producers notify (only then)
 --   job_renew_lease(_many)           -> RUNNING, lease pushed forward (heartbeat)
 --   job_step_save / job_steps        -> a handler's finished steps, recorded and read back by later attempts
+--   job_progress                     -> a RUNNING job's progress, as its handler reports it (job_get shows it)
 --   job_event_wait / job_signal      -> a job asleep (PENDING) until an event is sent to it or its wait times out
 --   job_complete / job_complete_many -> DONE (3)
 --   job_fail / job_fail_many         -> PENDING again after a backoff, or DEAD (4)
@@ -166,7 +167,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 53
+  select 54
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -271,8 +272,10 @@ create table pyjobq.job (
   lease_until timestamptz,
   run_started_at timestamptz,
   updated_at timestamptz not null,
-  -- Changed by a snooze (last: it came after the others, without a rewrite).
+  -- Changed by a snooze and by the handler's progress (last: they came after
+  -- the others, without a rewrite).
   snoozes smallint not null default 0,
+  progress jsonb,
   constraint job_pkey primary key (job_id),
   constraint job_status_active check (status in (1, 2, 6)),
   constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
@@ -323,6 +326,9 @@ comment on column pyjobq.job.notify_done is
 comment on column pyjobq.job.snoozes is
   'How many times a handler put the job back to sleep (job_finish_many''s snoozed): each gives its claim back, '
   'as attempts_refunded counts, and job_type_set_snoozes bounds them. Not kept in the history.';
+comment on column pyjobq.job.progress is
+  'What the handler last reported of its progress (job_progress), a JSON object; job_get shows it. Not kept '
+  'in the history.';
 comment on column pyjobq.job.attempts_refunded is
   'Claims that did not use up a try: given back by job_release, or forgiven by job_redrive. attempts - '
   'attempts_refunded is the tries used against max_attempts.';
@@ -4175,7 +4181,7 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
 
--- Steps -----------------------------------------------------------------------
+-- Steps and progress --------------------------------------------------------
 
 -- The units of work a job's handler finished, by name, so that a later
 -- attempt of the same job reads a step's result instead of doing the work
@@ -4300,6 +4306,47 @@ $$;
 comment on function pyjobq.job_steps(uuid, text, int, uuid) is
   'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
   'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
+
+-- What a handler reports of its progress while it runs, for people watching
+-- (job_get, the dashboard): its latest report only, in the job's row, whose
+-- update stays within its page (no index covers the column).
+create function pyjobq.job_progress(
+  p_job_id uuid,
+  p_worker_id text,
+  p_attempt int,
+  p_progress jsonb,
+  p_lease_token uuid default null
+)
+returns void
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+begin
+  perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
+  perform pyjobq._check_payload('p_progress', p_progress);
+  if pg_column_size(p_progress) > 8192 then
+    raise exception 'p_progress must be at most 8 KiB'
+      using errcode = '22023',
+            detail = format('p_progress took %s bytes.', pg_column_size(p_progress)),
+            hint = 'Report a few figures, e.g. {"done": 40, "of": 100}.';
+  end if;
+  update pyjobq.job j
+     set progress = p_progress
+   where j.job_id = p_job_id
+     and pyjobq._holds(j, p_worker_id, p_attempt, p_lease_token, pyjobq._denied_types('work'));
+  if not found then
+    perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
+  end if;
+end;
+$$;
+
+comment on function pyjobq.job_progress(uuid, text, int, jsonb, uuid) is
+  'Sets the progress of job p_job_id to p_progress (a JSON object of at most 8 KiB, or null to clear it), if '
+  'p_worker_id holds attempt p_attempt of it with lease token p_lease_token; raises JQ001, JQ002, JQ003 or JQ005 '
+  'as job_complete does when it does not. job_get shows the latest report while the job is yet to end.';
 
 -- Waits and signals ----------------------------------------------------------
 
@@ -4663,7 +4710,9 @@ returns table (
   updated_at timestamptz,
   metadata jsonb,
   waiting_on int,
-  batch_id uuid
+  batch_id uuid,
+  snoozes int,
+  progress jsonb
 )
 language plpgsql
 stable
@@ -4684,9 +4733,11 @@ begin
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
-         j.waiting_on, j.batch_id
+         j.waiting_on, j.batch_id, a.snoozes::int, a.progress
     from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
+    -- What only a job yet to end keeps.
+    left join pyjobq.job a on a.job_id = j.job_id
    where j.job_id = p_job_id;
 end;
 $$;
@@ -4695,8 +4746,9 @@ comment on function pyjobq.job_get(uuid) is
   'One job as a person needs it to see what happened: type, status, priority, attempts, payload, result, '
   'last_error, dedupe key, run_after, its lease and worker while RUNNING, when its last attempt started '
   '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), the metadata of its enqueue, how many parents it '
-  'still waits for (waiting_on; null without parents: job_dependencies lists them) and its batch. No row when there is no such job (never enqueued, '
-  'or pruned).';
+  'still waits for (waiting_on; null without parents: job_dependencies lists them), its batch, and, while it is '
+  'yet to end, how many times it snoozed and the progress its handler last reported (job_progress; null once it '
+  'ended). No row when there is no such job (never enqueued, or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
 -- time-ordered, so a creation range is an id range of job_pkey.
@@ -7604,6 +7656,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_step_save(uuid, text, int, text, jsonb, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_steps(uuid, text, int, uuid)',
+   '{pyjobq_worker}'),
+  ('pyjobq.job_progress(uuid, text, int, jsonb, uuid)',
    '{pyjobq_worker}'),
   ('pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid)',
    '{pyjobq_worker}'),

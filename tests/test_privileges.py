@@ -81,6 +81,7 @@ ALLOWED = {
         "job_step_save",
         "job_steps",
         "job_event_wait",
+        "job_progress",
         "job_reap",
         "job_schedule_tick",
         "job_next_chores",

@@ -103,7 +103,8 @@ def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
     for name in ("status_name", "job_type_name"):
         del fields[name]
     for name, value in fields.items():
-        shown = json.dumps(value) if name in ("payload", "result") and value is not None else value
+        as_json = name in ("payload", "result", "progress") and value is not None
+        shown = json.dumps(value) if as_json else value
         lines = str("" if shown is None else shown).splitlines() or [""]
         click.echo(f"{name:<15} {lines[0]}")
         for line in lines[1:]:

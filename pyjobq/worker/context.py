@@ -1,6 +1,8 @@
-"""A running job's context: what its handler may do beside returning, starting with checkpointed
-steps, named units of work recorded as each finishes (``job_step_save``) so that a later attempt
-of the same job takes a finished step's stored result instead of doing the work again.
+"""A running job's context: what its handler may do beside returning. Checkpointed steps, named
+units of work recorded as each finishes (``job_step_save``) so that a later attempt of the same
+job takes a finished step's stored result instead of doing the work again; snoozes and waits for
+events, which end the attempt and put the job to sleep; progress reports; and completing the job
+in the handler's own transaction.
 
 Inside a handler the worker runs, :func:`job_context` (async handlers) and
 :func:`sync_job_context` (sync ones) return it (both are in :mod:`pyjobq.worker`)::
@@ -22,19 +24,28 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pyjobq.aio import AsyncJobQueue
+from pyjobq.errors import InvalidArgument, PyjobqError
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, StepSaved
 from pyjobq.storable import encode_result
 from pyjobq.worker.outcomes import Snooze, Waiting, WaitTimedOut
 from pyjobq.worker.state import Held
+
+log = logging.getLogger("pyjobq.worker")
+
+# At most one progress report a second per job reaches the database.
+PROGRESS_INTERVAL = 1.0
 
 
 class _Recorded(Exception):
@@ -63,6 +74,11 @@ class RunningJob:
         self.queue = queue
         self.loop = loop
         self.recorded: dict[str, Any] | None = None
+        # Progress: the report not sent yet, the send under way or waiting for its turn, and
+        # when (time.monotonic()) the last one went.
+        self.unsent: Jsonb | None = None
+        self.sending: asyncio.Task[None] | None = None
+        self.sent_at = -PROGRESS_INTERVAL
 
     async def read_steps(self) -> dict[str, Any]:
         """The recorded steps by name (``job_steps``), read at the first step only."""
@@ -88,6 +104,38 @@ class RunningJob:
         if row.outcome == "timed_out":
             raise WaitTimedOut(name, row.wait_until)
         raise Waiting(name, row.wait_until)
+
+    def report(self, progress: Mapping[str, Any]) -> None:
+        """Keep ``progress`` as the latest report and have it sent (from any thread)."""
+        encoded = encode_result(dict(progress))
+        self.loop.call_soon_threadsafe(self.keep, encoded)
+
+    def keep(self, progress: Jsonb | None) -> None:
+        """On the loop: the latest report replaces the one not sent yet; a send starts unless
+        one is under way or waiting for its turn."""
+        self.unsent = progress
+        if self.sending is None:
+            self.sending = self.loop.create_task(self.send())
+
+    async def send(self) -> None:
+        """Send the latest report once a ``PROGRESS_INTERVAL`` has passed since the last; a
+        report refused (the job no longer this attempt's) is dropped with it."""
+        try:
+            await asyncio.sleep(max(0.0, self.sent_at + PROGRESS_INTERVAL - time.monotonic()))
+            progress, self.unsent = self.unsent, None
+            self.sent_at = time.monotonic()
+            job = self.job
+            await self.queue.progress(
+                job.job_id, self.worker_id, job.attempt, progress, job.lease_token
+            )
+        except InvalidArgument as e:  # the handler's report itself: say so
+            log.warning("progress refused: %s", e, extra={"job_id": str(self.job.job_id)})
+        except (PyjobqError, psycopg.Error) as e:  # the job ended, or the database is away
+            log.debug("progress not recorded: %s", e, extra={"job_id": str(self.job.job_id)})
+        finally:
+            self.sending = None
+        if self.unsent is not None and not self.held.lost:
+            self.sending = self.loop.create_task(self.send())
 
     def complete_args(self, result: object) -> tuple[Any, ...]:
         """``complete``'s arguments for this job and ``result``; from here on the heartbeat
@@ -145,6 +193,13 @@ class JobContext:
         :class:`~pyjobq.worker.Snooze`): PENDING again, its try given back, its recorded steps
         kept for the attempt that wakes; nothing is held while it sleeps."""
         raise Snooze(seconds)
+
+    def progress(self, progress: Mapping[str, Any]) -> None:
+        """Report how far the handler got (``job_progress``): a JSON object of at most 8 KiB
+        that ``get``, ``pyjobq show`` and the dashboard show while the job runs. Returns at
+        once: the report is sent in the background, at most one per second per job (the
+        latest wins), so a handler may report as often as it likes."""
+        self._run.report(progress)
 
     async def complete_tx(self, conn: psycopg.AsyncConnection[Any], result: Any = None) -> None:
         """Complete the job (``job_complete``, with ``result``) on ``conn``, in the transaction
@@ -226,6 +281,10 @@ class SyncJobContext:
     def snooze(self, seconds: float) -> NoReturn:
         """See :meth:`JobContext.snooze`."""
         raise Snooze(seconds)
+
+    def progress(self, progress: Mapping[str, Any]) -> None:
+        """See :meth:`JobContext.progress`."""
+        self._run.report(progress)
 
     def complete_tx(self, conn: psycopg.Connection[Any], result: Any = None) -> None:
         """See :meth:`JobContext.complete_tx`."""

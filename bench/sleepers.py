@@ -219,6 +219,8 @@ def main() -> None:
             with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
                 conn.execute(schema)
         with psycopg.connect(pg.dsn("B"), autocommit=True) as conn:
+            version = conn.execute("select pyjobq.schema_version()").fetchone()
+            print(f"schema {version[0] if version else '?'} (sql/pyjobq.sql as it is now)")
             started = time.perf_counter()
             snoozed = make_sleepers(conn, args.sleepers, args.sleeper_batch)
             took = time.perf_counter() - started

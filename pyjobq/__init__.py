@@ -18,6 +18,7 @@ from pyjobq.errors import (
 from pyjobq.migrate import SCHEMA_VERSION, Migrated, migrate
 from pyjobq.queue import JobQueue
 from pyjobq.rows import (
+    Attempt,
     BatchInfo,
     Cancellation,
     ClaimBatch,
@@ -51,6 +52,7 @@ from pyjobq.rows import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Attempt",
     "BatchClosed",
     "BatchInfo",
     "Cancellation",

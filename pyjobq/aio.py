@@ -31,6 +31,7 @@ from pyjobq.params import (
     parents_document,
 )
 from pyjobq.rows import (
+    Attempt,
     Cancellation,
     ClaimBatch,
     ClaimedJob,
@@ -472,6 +473,11 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         """``job_get``: the job with its payload, result and last error; None if there is none."""
         rows = await self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
+
+    async def attempts(self, job_id: UUID) -> list[Attempt]:
+        """``job_attempts``: the story of a job's attempts, in order (each that ended otherwise
+        than done, its last 25, then the one running or done)."""
+        return await self._rows(Attempt, statements.ATTEMPTS, (job_id,))
 
     async def dependencies(self, job_id: UUID) -> list[Dependency]:
         """``job_dependencies``: the parents of ``job_id`` (in the order its enqueue named them)

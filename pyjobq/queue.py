@@ -27,6 +27,7 @@ from pyjobq.queue_admin import QueueAdmin
 from pyjobq.queue_batches import Batches
 from pyjobq.queue_calls import heard, own_cursor
 from pyjobq.rows import (
+    Attempt,
     Cancellation,
     ClaimBatch,
     ClaimedJob,
@@ -468,6 +469,11 @@ class JobQueue(Batches, QueueAdmin):
         """``job_get``: the job with its payload, result and last error; None if there is none."""
         rows = self._rows(JobInfo, statements.GET, (job_id,))
         return rows[0] if rows else None
+
+    def attempts(self, job_id: UUID) -> list[Attempt]:
+        """``job_attempts``: the story of a job's attempts, in order (each that ended otherwise
+        than done, its last 25, then the one running or done)."""
+        return self._rows(Attempt, statements.ATTEMPTS, (job_id,))
 
     def dependencies(self, job_id: UUID) -> list[Dependency]:
         """``job_dependencies``: the parents of ``job_id`` (in the order its enqueue named them)

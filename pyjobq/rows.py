@@ -308,6 +308,21 @@ class JobInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """A row of ``job_attempts``: one attempt of a job, how it ended (``failed``, ``dead``,
+    ``expired``, ``cancelled``, ``snoozed``, ``waiting``, or ``done``; ``running`` while it runs),
+    and its error with the error's last line (``error_summary``)."""
+
+    attempt: int
+    worker_id: str | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error_summary: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary:
     """A row of ``job_list``: a job without its payload and result (``job_get`` has them)."""
 

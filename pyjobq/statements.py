@@ -115,6 +115,10 @@ GET: LiteralString = (
     " run_started_at, finished_at, created_at, updated_at, metadata, waiting_on, batch_id,"
     " snoozes, progress from pyjobq.job_get(%s::uuid)"
 )
+ATTEMPTS: LiteralString = (
+    "select attempt, worker_id, started_at, ended_at, outcome, error_summary, error"
+    " from pyjobq.job_attempts(%s::uuid)"
+)
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"

@@ -27,6 +27,7 @@
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
 --   job_get                          -> one job, with its payload, result and last error
+--   job_attempts                     -> the story of a job's attempts: worker, times, outcome, error
 --   job_list                         -> pages of jobs by type, status, key and time, newest first
 --   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
 --   job_watch                        -> a job's end announced on pyjobq_done
@@ -145,7 +146,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 54
+  select 56
 $$;
 
 comment on function pyjobq.schema_version() is

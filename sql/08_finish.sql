@@ -160,24 +160,30 @@ begin
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
-    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
+    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome,
+              -- the worker before this update (the statement's snapshot), for the story
+              (select o.worker_id from pyjobq.job o where o.job_id = j.job_id) as worker_id,
+              j.run_started_at, left(i.error, 10000) as error
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
            true as ends, d.row, d.result, d.error, d.waiting,
-           (d.row).has_dependants or (d.row).batch_id is not null as followed
+           (d.row).has_dependants or (d.row).batch_id is not null as followed,
+           (d.row).worker_id, (d.row).run_started_at, (d.row).status = 2 and d.outcome <> 'done' as told,
+           d.outcome <> 'cancelled' and (d.outcome not in ('released', 'snoozed', 'waiting') or d.status = 4)
+             as counted
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, null, false
+           false, null, null, r.error, null, false, r.worker_id, r.run_started_at, r.outcome <> 'released',
+           r.outcome not in ('released', 'snoozed', 'waiting')
       from retried r
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
-    -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release, a snooze or a
-    -- wait only when it made the job DEAD), then what follows the ends of parents and batch members,
-    -- which reads the history; and each type's retries announced once. The
-    -- worker that lost its lease is not the one that ended the job: it gets
-    -- JQ001 (lease_lost) later, never JQ003.
+    -- in this order: the ended rows into the history, the story of attempts
+    -- that did not complete, the finish counts (a release, snooze or wait only
+    -- when it made the job DEAD), what follows the ends of parents and batch
+    -- members (which reads the history), each type's retries announced once.
+    -- A worker that lost its lease gets JQ001 (lease_lost) later, never JQ003.
     select pyjobq._to_history(array_agg(m.row) filter (where m.ends),
                               array_agg(m.status) filter (where m.ends), p_now,
                               case when bool_or(m.outcome = 'done')
@@ -188,15 +194,15 @@ begin
                                    then array_agg(m.waiting) filter (where m.ends) end,
                               case when bool_or(m.outcome = 'expired')
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
-           pyjobq._stat_add(p_now, p_worker_id,
-                            array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome not in ('released', 'snoozed',
-                                                                                   'waiting')
-                                                                 or m.status = 4)),
-                            array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome not in ('released', 'snoozed',
-                                                                                 'waiting')
-                                                               or m.status = 4))),
+           case when bool_or(m.told)
+                then pyjobq._to_story(array_agg(m.job_id) filter (where m.told),
+                                      array_agg(m.attempts::int) filter (where m.told),
+                                      array_agg(m.worker_id::text) filter (where m.told),
+                                      array_agg(m.run_started_at) filter (where m.told),
+                                      array_agg(m.outcome) filter (where m.told),
+                                      array_agg(m.error) filter (where m.told), p_now) end,
+           pyjobq._stat_add(p_now, p_worker_id, array_agg(m.job_type) filter (where m.counted),
+                            array_agg(m.status) filter (where m.counted)),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
@@ -537,63 +543,3 @@ comment on function pyjobq.job_release(uuid, text, int, uuid) is
   'Gives attempt p_attempt of job p_job_id, held with lease token p_lease_token, back unused (e.g. a worker shutting down before starting it): '
   'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
   'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
-
-create function pyjobq.job_reap(p_limit int default null)
-returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
--- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
-set enable_sort = off
-set jit = off
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 1000);
-  v_ids uuid[];
-  v_workers text[];
-  v_ends pyjobq.job_end[];
-begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  -- The history's partitions for today and tomorrow (one catalog lookup
-  -- when they exist), first, while this call holds no row: a maintainer that
-  -- cannot have its locks at once leaves them to the next reap.
-  begin
-    perform pyjobq.job_history_maintain();
-  exception when lock_not_available then
-    null;
-  end;
-  -- The expired leases, locked: no completer or renewer can change them
-  -- before _finish ends them; those another session holds are skipped.
-  select array_agg(r.job_id), array_agg(r.worker_id::text),
-         array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
-                       format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
-                       null, null)::pyjobq.job_end)
-    into v_ids, v_workers, v_ends
-    from (select k.job_id, k.worker_id, k.attempts, k.lease_token
-            from pyjobq.job k
-           where k.status = 2
-             and k.lease_until < v_now
-           order by k.lease_until
-           limit v_limit
-             for update skip locked) r;
-  if v_ends is not null then
-    return query
-    select f.job_id, f.job_type::int, f.status::int, w.worker_id, f.attempt, f.run_after
-      from pyjobq._finish(null, v_ends, v_now, '{}') f
-      join unnest(v_ids, v_workers) as w(job_id, worker_id) on w.job_id = f.job_id;
-  end if;
-  -- Finish counts older than job_throughput and job_workers look back.
-  delete from pyjobq.job_stat s
-   where s.minute < v_now - interval '25 hours';
-end;
-$$;
-
-comment on function pyjobq.job_reap(int) is
-  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
-  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
-  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
-  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
-  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
-  '(job_history_maintain).';

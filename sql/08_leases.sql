@@ -1,4 +1,4 @@
--- Leases ----------------------------------------------------------------------
+-- Leases and the reaper ------------------------------------------------------
 
 create function pyjobq.job_renew_lease_many(
   p_worker_id text,
@@ -100,3 +100,65 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
   'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
+
+-- The reaper: the attempts whose lease ran out end through _finish as
+-- expired, retried after a backoff while they have tries left.
+create function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_ids uuid[];
+  v_workers text[];
+  v_ends pyjobq.job_end[];
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The history's partitions for today and tomorrow (one catalog lookup
+  -- when they exist), first, while this call holds no row: a maintainer that
+  -- cannot have its locks at once leaves them to the next reap.
+  begin
+    perform pyjobq.job_history_maintain();
+  exception when lock_not_available then
+    null;
+  end;
+  -- The expired leases, locked: no completer or renewer can change them
+  -- before _finish ends them; those another session holds are skipped.
+  select array_agg(r.job_id), array_agg(r.worker_id::text),
+         array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
+                       format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
+                       null, null)::pyjobq.job_end)
+    into v_ids, v_workers, v_ends
+    from (select k.job_id, k.worker_id, k.attempts, k.lease_token
+            from pyjobq.job k
+           where k.status = 2
+             and k.lease_until < v_now
+           order by k.lease_until
+           limit v_limit
+             for update skip locked) r;
+  if v_ends is not null then
+    return query
+    select f.job_id, f.job_type::int, f.status::int, w.worker_id, f.attempt, f.run_after
+      from pyjobq._finish(null, v_ends, v_now, '{}') f
+      join unnest(v_ids, v_workers) as w(job_id, worker_id) on w.job_id = f.job_id;
+  end if;
+  -- Finish counts older than job_throughput and job_workers look back.
+  delete from pyjobq.job_stat s
+   where s.minute < v_now - interval '25 hours';
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
+  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
+  '(job_history_maintain).';

@@ -278,19 +278,23 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select v_deleted + count(*) into v_deleted from deleted;
-  -- The steps and events of the jobs gone, up to p_limit jobs: those of a job
-  -- enqueued before the cutoff (its id says when) that is neither active nor
-  -- in the history.
+  -- The steps, events and attempts of the jobs gone, up to p_limit jobs: those
+  -- of a job enqueued before the cutoff (its id says when) that is neither
+  -- active nor in the history.
   with gone as (
     select distinct d.job_id
       from (select s.job_id from pyjobq.job_step s
             union all
-            select e.job_id from pyjobq.job_event e) d
+            select e.job_id from pyjobq.job_event e
+            union all
+            select a.job_id from pyjobq.job_attempt a) d
      where d.job_id < pyjobq._job_id_floor(v_cutoff)
        and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
      limit v_limit
   ), steps as (
     delete from pyjobq.job_step s using gone g where s.job_id = g.job_id
+  ), attempts as (
+    delete from pyjobq.job_attempt a using gone g where a.job_id = g.job_id
   )
   delete from pyjobq.job_event e using gone g where e.job_id = g.job_id;
   -- A finished batch goes once its members have.
@@ -316,7 +320,7 @@ $$;
 
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
-  'a parent with a dependant yet to end), with their dependency edges, steps and events: first every day of history that ended '
+  'a parent with a dependant yet to end), with their dependency edges, steps, events and attempts: first every day of history that ended '
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '

@@ -96,6 +96,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.job_get(uuid)',
    '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_attempts(uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_dependencies(uuid)',
    '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.job_batch_get(uuid)',

@@ -11,6 +11,7 @@
 --   08_leases.sql
 --   08_steps.sql
 --   08_waits.sql
+--   09_attempts.sql
 --   09_inspect.sql
 --   10_operations.sql
 --   11_schedules.sql
@@ -49,6 +50,7 @@
 --   job_reap                         -> expired leases: PENDING after a backoff, or DEAD
 --   job_counts                       -> jobs per type and status, with health figures
 --   job_get                          -> one job, with its payload, result and last error
+--   job_attempts                     -> the story of a job's attempts: worker, times, outcome, error
 --   job_list                         -> pages of jobs by type, status, key and time, newest first
 --   job_cancel                       -> PENDING or RUNNING to CANCELLED (5); its holder is fenced out
 --   job_watch                        -> a job's end announced on pyjobq_done
@@ -167,7 +169,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 54
+  select 56
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -3640,24 +3642,30 @@ begin
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
-    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
+    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome,
+              -- the worker before this update (the statement's snapshot), for the story
+              (select o.worker_id from pyjobq.job o where o.job_id = j.job_id) as worker_id,
+              j.run_started_at, left(i.error, 10000) as error
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
            true as ends, d.row, d.result, d.error, d.waiting,
-           (d.row).has_dependants or (d.row).batch_id is not null as followed
+           (d.row).has_dependants or (d.row).batch_id is not null as followed,
+           (d.row).worker_id, (d.row).run_started_at, (d.row).status = 2 and d.outcome <> 'done' as told,
+           d.outcome <> 'cancelled' and (d.outcome not in ('released', 'snoozed', 'waiting') or d.status = 4)
+             as counted
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, null, false
+           false, null, null, r.error, null, false, r.worker_id, r.run_started_at, r.outcome <> 'released',
+           r.outcome not in ('released', 'snoozed', 'waiting')
       from retried r
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
-    -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release, a snooze or a
-    -- wait only when it made the job DEAD), then what follows the ends of parents and batch members,
-    -- which reads the history; and each type's retries announced once. The
-    -- worker that lost its lease is not the one that ended the job: it gets
-    -- JQ001 (lease_lost) later, never JQ003.
+    -- in this order: the ended rows into the history, the story of attempts
+    -- that did not complete, the finish counts (a release, snooze or wait only
+    -- when it made the job DEAD), what follows the ends of parents and batch
+    -- members (which reads the history), each type's retries announced once.
+    -- A worker that lost its lease gets JQ001 (lease_lost) later, never JQ003.
     select pyjobq._to_history(array_agg(m.row) filter (where m.ends),
                               array_agg(m.status) filter (where m.ends), p_now,
                               case when bool_or(m.outcome = 'done')
@@ -3668,15 +3676,15 @@ begin
                                    then array_agg(m.waiting) filter (where m.ends) end,
                               case when bool_or(m.outcome = 'expired')
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
-           pyjobq._stat_add(p_now, p_worker_id,
-                            array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome not in ('released', 'snoozed',
-                                                                                   'waiting')
-                                                                 or m.status = 4)),
-                            array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome not in ('released', 'snoozed',
-                                                                                 'waiting')
-                                                               or m.status = 4))),
+           case when bool_or(m.told)
+                then pyjobq._to_story(array_agg(m.job_id) filter (where m.told),
+                                      array_agg(m.attempts::int) filter (where m.told),
+                                      array_agg(m.worker_id::text) filter (where m.told),
+                                      array_agg(m.run_started_at) filter (where m.told),
+                                      array_agg(m.outcome) filter (where m.told),
+                                      array_agg(m.error) filter (where m.told), p_now) end,
+           pyjobq._stat_add(p_now, p_worker_id, array_agg(m.job_type) filter (where m.counted),
+                            array_agg(m.status) filter (where m.counted)),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
@@ -4018,67 +4026,7 @@ comment on function pyjobq.job_release(uuid, text, int, uuid) is
   'PENDING again at its old place in the queue, the try given back (the next claim is attempt p_attempt + 1 '
   'and does not count against max_attempts). Raises JQ001/JQ002/JQ003 like job_complete.';
 
-create function pyjobq.job_reap(p_limit int default null)
-returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
--- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
-set enable_sort = off
-set jit = off
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_limit int := coalesce(p_limit, 1000);
-  v_ids uuid[];
-  v_workers text[];
-  v_ends pyjobq.job_end[];
-begin
-  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
-  -- The history's partitions for today and tomorrow (one catalog lookup
-  -- when they exist), first, while this call holds no row: a maintainer that
-  -- cannot have its locks at once leaves them to the next reap.
-  begin
-    perform pyjobq.job_history_maintain();
-  exception when lock_not_available then
-    null;
-  end;
-  -- The expired leases, locked: no completer or renewer can change them
-  -- before _finish ends them; those another session holds are skipped.
-  select array_agg(r.job_id), array_agg(r.worker_id::text),
-         array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
-                       format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
-                       null, null)::pyjobq.job_end)
-    into v_ids, v_workers, v_ends
-    from (select k.job_id, k.worker_id, k.attempts, k.lease_token
-            from pyjobq.job k
-           where k.status = 2
-             and k.lease_until < v_now
-           order by k.lease_until
-           limit v_limit
-             for update skip locked) r;
-  if v_ends is not null then
-    return query
-    select f.job_id, f.job_type::int, f.status::int, w.worker_id, f.attempt, f.run_after
-      from pyjobq._finish(null, v_ends, v_now, '{}') f
-      join unnest(v_ids, v_workers) as w(job_id, worker_id) on w.job_id = f.job_id;
-  end if;
-  -- Finish counts older than job_throughput and job_workers look back.
-  delete from pyjobq.job_stat s
-   where s.minute < v_now - interval '25 hours';
-end;
-$$;
-
-comment on function pyjobq.job_reap(int) is
-  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
-  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
-  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
-  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
-  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
-  '(job_history_maintain).';
-
--- Leases ----------------------------------------------------------------------
+-- Leases and the reaper ------------------------------------------------------
 
 create function pyjobq.job_renew_lease_many(
   p_worker_id text,
@@ -4180,6 +4128,68 @@ comment on function pyjobq.job_renew_lease(uuid, text, int, int, uuid) is
   'Heartbeat: extends the lease of attempt p_attempt of job p_job_id to now + p_lease_seconds (1..86400, '
   'default 300), never past the attempt''s deadline, if p_worker_id still holds it with lease token p_lease_token, and returns the new lease_until; raises JQ001/JQ002/JQ003 otherwise. '
   'A holder whose lease expired but was not yet reaped still holds the job.';
+
+-- The reaper: the attempts whose lease ran out end through _finish as
+-- expired, retried after a backoff while they have tries left.
+create function pyjobq.job_reap(p_limit int default null)
+returns table (job_id uuid, job_type int, status int, worker_id text, attempt int, run_after timestamptz)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+-- As in job_claim: the ordered scan of job_lease_idx, never a sort of every lease.
+set enable_sort = off
+set jit = off
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_limit int := coalesce(p_limit, 1000);
+  v_ids uuid[];
+  v_workers text[];
+  v_ends pyjobq.job_end[];
+begin
+  perform pyjobq._check_range('p_limit', v_limit, 1, 100000);
+  -- The history's partitions for today and tomorrow (one catalog lookup
+  -- when they exist), first, while this call holds no row: a maintainer that
+  -- cannot have its locks at once leaves them to the next reap.
+  begin
+    perform pyjobq.job_history_maintain();
+  exception when lock_not_available then
+    null;
+  end;
+  -- The expired leases, locked: no completer or renewer can change them
+  -- before _finish ends them; those another session holds are skipped.
+  select array_agg(r.job_id), array_agg(r.worker_id::text),
+         array_agg(row(r.job_id, r.attempts, r.lease_token, 'expired', null,
+                       format('lease expired: worker %s did not finish attempt %s', r.worker_id, r.attempts),
+                       null, null)::pyjobq.job_end)
+    into v_ids, v_workers, v_ends
+    from (select k.job_id, k.worker_id, k.attempts, k.lease_token
+            from pyjobq.job k
+           where k.status = 2
+             and k.lease_until < v_now
+           order by k.lease_until
+           limit v_limit
+             for update skip locked) r;
+  if v_ends is not null then
+    return query
+    select f.job_id, f.job_type::int, f.status::int, w.worker_id, f.attempt, f.run_after
+      from pyjobq._finish(null, v_ends, v_now, '{}') f
+      join unnest(v_ids, v_workers) as w(job_id, worker_id) on w.job_id = f.job_id;
+  end if;
+  -- Finish counts older than job_throughput and job_workers look back.
+  delete from pyjobq.job_stat s
+   where s.minute < v_now - interval '25 hours';
+end;
+$$;
+
+comment on function pyjobq.job_reap(int) is
+  'Takes back up to p_limit (1..100000, default 1000) RUNNING jobs whose lease expired: PENDING after '
+  'pyjobq.retry_backoff, or DEAD when their attempts are used up. Skips rows other sessions hold locked, so '
+  'reapers never block claimers or each other; safe to run from every worker. Returns what it took back, '
+  'with the worker and attempt that lost it. Also drops the finish counts (job_throughput) older than 25 '
+  'hours, and makes the history''s partitions of today and tomorrow when they are missing '
+  '(job_history_maintain).';
 
 -- Steps and progress --------------------------------------------------------
 
@@ -4497,6 +4507,116 @@ comment on function pyjobq.job_signal(uuid, text, jsonb) is
   'caller may enqueue: a job waiting for it (job_event_wait) is due at once, and one that waits for it later '
   'gets it then. Returns true, or false when the job already had this event (a signal is delivered once; the '
   'first payload stays). Raises JQ002 for no such job and JQ003 for a job that has ended.';
+
+-- Attempts --------------------------------------------------------------------
+
+-- The story of a job's attempts: each that ended otherwise than done (failed,
+-- DEAD, expired, cancelled while it ran, snoozed, waiting) keeps a row, with
+-- its worker, its times and its error, written by _finish in the statement
+-- that ends it. A done attempt writes nothing here (a plain drain pays
+-- nothing): the job's row tells of it, as it tells of the attempt running.
+-- A job keeps its last 25 rows, so one that retries a thousand times keeps
+-- 25 errors of at most 10,000 characters.
+create table pyjobq.job_attempt (
+  job_id uuid not null,
+  attempt smallint not null,
+  worker_id varchar(80),
+  started_at timestamptz,
+  ended_at timestamptz not null,
+  outcome text not null,
+  error text,
+  constraint job_attempt_pkey primary key (job_id, attempt)
+);
+
+comment on table pyjobq.job_attempt is
+  'The attempts of jobs that ended otherwise than done: worker, start, end, outcome and error; a job''s last '
+  '25. Written by _finish, read by job_attempts, deleted by job_prune with their jobs.';
+
+-- The attempts p_job_ids[i] (attempt p_attempts[i]) just ended as
+-- p_outcomes[i]: recorded, and each job's older than its last 25 deleted.
+create function pyjobq._to_story(p_job_ids uuid[], p_attempts int[], p_workers text[],
+                                 p_started timestamptz[], p_outcomes text[], p_errors text[],
+                                 p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  insert into pyjobq.job_attempt as a (job_id, attempt, worker_id, started_at, ended_at, outcome, error)
+  select u.job_id, u.attempt, u.worker_id, u.started_at, p_now, u.outcome, u.error
+    from unnest(p_job_ids, p_attempts, p_workers, p_started, p_outcomes, p_errors)
+         as u(job_id, attempt, worker_id, started_at, outcome, error)
+  on conflict on constraint job_attempt_pkey do nothing;
+  delete from pyjobq.job_attempt a
+   using unnest(p_job_ids, p_attempts) as u(job_id, attempt)
+   where a.job_id = u.job_id
+     and a.attempt <= u.attempt - 25;
+end;
+$$;
+
+comment on function pyjobq._to_story(uuid[], int[], text[], timestamptz[], text[], text[], timestamptz) is
+  'Records the attempts that just ended otherwise than done (job p_job_ids[i], attempt p_attempts[i], its '
+  'worker, start, outcome and error), ended at p_now, and deletes each job''s attempts older than its last 25.';
+
+-- The line an error is known by: its last one that is not blank (a Python
+-- traceback ends with the exception), at most 200 characters.
+create function pyjobq._error_summary(p_error text)
+returns text
+language sql
+immutable
+begin atomic
+  select left(btrim((regexp_match(p_error, '([^\n]*\S)\s*$'))[1]), 200);
+end;
+
+comment on function pyjobq._error_summary(text) is
+  'The last line of p_error that is not blank, trimmed, at most 200 characters; null for null.';
+
+create function pyjobq.job_attempts(p_job_id uuid)
+returns table (
+  attempt int,
+  worker_id text,
+  started_at timestamptz,
+  ended_at timestamptz,
+  outcome text,
+  error_summary text,
+  error text
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
+                                                    where j.job_id = p_job_id));
+  return query
+  select s.attempt, s.worker_id, s.started_at, s.ended_at, s.outcome, pyjobq._error_summary(s.error), s.error
+    from (select a.attempt::int, a.worker_id::text, a.started_at, a.ended_at, a.outcome, a.error
+            from pyjobq.job_attempt a
+           where a.job_id = p_job_id
+          union all
+          -- The attempt running, or the one that made the job DONE, from its row.
+          select j.attempts::int, j.worker_id::text, j.run_started_at,
+                 case when j.status = 3 then j.updated_at end,
+                 case when j.status = 2 then 'running' else 'done' end, null::text
+            from pyjobq.job_all j
+           where j.job_id = p_job_id
+             and j.status in (2, 3)) s
+   order by s.attempt;
+end;
+$$;
+
+comment on function pyjobq.job_attempts(uuid) is
+  'The attempts of job p_job_id, in order: each that ended otherwise than done (failed, dead, expired, '
+  'cancelled, snoozed, waiting; its last 25) with its worker, start, end, outcome, error and the error''s last '
+  'line (error_summary), then the one running or the one that made it DONE. No rows for a job that never ran or '
+  'no longer exists.';
 
 -- Inspection ------------------------------------------------------------------
 --
@@ -7491,19 +7611,23 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select v_deleted + count(*) into v_deleted from deleted;
-  -- The steps and events of the jobs gone, up to p_limit jobs: those of a job
-  -- enqueued before the cutoff (its id says when) that is neither active nor
-  -- in the history.
+  -- The steps, events and attempts of the jobs gone, up to p_limit jobs: those
+  -- of a job enqueued before the cutoff (its id says when) that is neither
+  -- active nor in the history.
   with gone as (
     select distinct d.job_id
       from (select s.job_id from pyjobq.job_step s
             union all
-            select e.job_id from pyjobq.job_event e) d
+            select e.job_id from pyjobq.job_event e
+            union all
+            select a.job_id from pyjobq.job_attempt a) d
      where d.job_id < pyjobq._job_id_floor(v_cutoff)
        and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
      limit v_limit
   ), steps as (
     delete from pyjobq.job_step s using gone g where s.job_id = g.job_id
+  ), attempts as (
+    delete from pyjobq.job_attempt a using gone g where a.job_id = g.job_id
   )
   delete from pyjobq.job_event e using gone g where e.job_id = g.job_id;
   -- A finished batch goes once its members have.
@@ -7529,7 +7653,7 @@ $$;
 
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
-  'a parent with a dependant yet to end), with their dependency edges, steps and events: first every day of history that ended '
+  'a parent with a dependant yet to end), with their dependency edges, steps, events and attempts: first every day of history that ended '
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
@@ -7684,6 +7808,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_workers(interval)',
    '{pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.job_get(uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_attempts(uuid)',
    '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_dependencies(uuid)',
    '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),

@@ -334,10 +334,13 @@ def test_show_prints_a_job_for_people_and_for_scripts(dsn: str, conn: Conn) -> N
     assert 'payload         {"order": 9}' in lines
     assert "last_error      smtp: 550" in lines
     assert any(line.strip() == "at send()" for line in lines)
+    assert "attempt 1       dead by w1: at send()" in lines
     as_json = pyjobq("show", job_id, "--json", dsn=dsn)
     shown = json.loads(as_json.stdout)
     assert (shown["job_id"], shown["status_name"], shown["attempts"]) == (job_id, "DEAD", 1)
     assert shown["payload"] == {"order": 9}
+    told = [(a["attempt"], a["outcome"], a["error_summary"]) for a in shown["attempt_story"]]
+    assert told == [(1, "dead", "at send()")]
     missing = pyjobq("show", "00000000-0000-0000-0000-000000000000", dsn=dsn)
     assert missing.returncode == 1
     assert "no job" in missing.stderr

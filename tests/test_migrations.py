@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 import threading
@@ -98,6 +99,24 @@ def test_migrations_build_the_canonical_schema(
     assert "CREATE FUNCTION pyjobq." in expected
     assert "COMMENT ON FUNCTION pyjobq." in expected
     assert schema_dump(pg_server, migrated) == expected
+
+
+# The tables every enqueue, claim and completion takes a lock on. An enqueue reads job_type
+# before it inserts a job; a completion changes a job before it reads job_type.
+HOT_TABLES = re.compile(
+    r"^\s*(?:alter|lock)\s+table\s+(?:only\s+)?(pyjobq\.job(?:_type)?)\b", re.I | re.M
+)
+
+
+def test_no_step_from_0_2_0_on_takes_the_locks_of_two_hot_tables() -> None:
+    """A step holds each lock it takes to its commit. One that holds job's while it waits for
+    job_type's deadlocks with an enqueue under way, the other way round with a completion:
+    each step from the first after 0.2.0 on changes one of them at most."""
+    for path in sorted(migrations_dir().glob("00*.sql")):
+        if int(path.name[:4]) < 28:
+            continue
+        tables = set(HOT_TABLES.findall(path.read_text()))
+        assert len(tables) <= 1, f"{path.name} takes the locks of {sorted(tables)}"
 
 
 def test_migrate_keeps_its_bookkeeping_in_the_pyjobq_schema(

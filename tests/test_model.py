@@ -388,7 +388,7 @@ class QueueMachine(RuleBasedStateMachine):
         RUNNING jobs, a rate on type 1's claims), which set_limits changes as it goes."""
         self.conn.execute(
             "truncate pyjobq.job, pyjobq.job_history, pyjobq.rate_window, pyjobq.job_edge,"
-            " pyjobq.job_batch, pyjobq.job_step, pyjobq.job_event"
+            " pyjobq.job_batch, pyjobq.job_step, pyjobq.job_event, pyjobq.job_attempt"
         )
         self.conn.execute("delete from pyjobq.schedule")
         self.set_limits(1, None, rate)

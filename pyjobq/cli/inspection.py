@@ -86,16 +86,19 @@ def counts(dsn: str | None, watch: float | None, as_json: bool) -> None:
 @click.argument("job_id", type=click.UUID)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object, for scripts")
 def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
-    """One job: status, attempts, payload, result, last error and its times (job_get), and its
-    parents and dependants with their statuses (job_dependencies)."""
+    """One job: status, attempts, payload, result, last error and its times (job_get), its
+    parents and dependants with their statuses (job_dependencies), and the story of its
+    attempts (job_attempts)."""
     with queue(dsn) as q:
         job = q.get(job_id)
         graph = q.dependencies(job_id) if job is not None else []
+        story = q.attempts(job_id) if job is not None else []
     if job is None:
         fail(f"no job {job_id} (never enqueued, or pruned)")
     fields = dataclasses.asdict(job)
     if as_json:
         fields["dependencies"] = [dataclasses.asdict(d) for d in graph]
+        fields["attempt_story"] = [dataclasses.asdict(a) for a in story]
         click.echo(json.dumps(fields, default=str))
         return
     fields["status"] = job.status_name
@@ -113,6 +116,9 @@ def show(dsn: str | None, job_id: UUID, as_json: bool) -> None:
         state = dep.status_name or "pruned"
         waiting = "" if dep.resolved else " (not ended yet)"
         click.echo(f"{dep.relation:<15} {dep.job_id} {state}{waiting}")
+    for a in story:
+        said = f": {a.error_summary}" if a.error_summary else ""
+        click.echo(f"{'attempt ' + str(a.attempt):<15} {a.outcome} by {a.worker_id}{said}")
 
 
 @main.command()

@@ -1,29 +1,23 @@
--- depends: 0052_snooze
+-- depends: 0055_progress
 
--- Schema 53: waits and signals. A handler waits for a named event
--- (job_event_wait): its attempt ends, the job PENDING until the wait times
--- out, and job_signal makes it due at once; the next attempt reads the
--- payload. job_prune deletes the events with their jobs.
+-- Schema 56: the story of a job's attempts. Each attempt that ends otherwise
+-- than done keeps a row of pyjobq.job_attempt (a job's last 25), written by
+-- _finish; job_attempts reads them with the attempt running or done.
 
-create table pyjobq.job_event (
+create table pyjobq.job_attempt (
   job_id uuid not null,
-  name varchar(200) not null,
-  wait_until timestamptz,
-  payload jsonb,
-  signalled_at timestamptz,
-  constraint job_event_pkey primary key (job_id, name)
+  attempt smallint not null,
+  worker_id varchar(80),
+  started_at timestamptz,
+  ended_at timestamptz not null,
+  outcome text not null,
+  error text,
+  constraint job_attempt_pkey primary key (job_id, attempt)
 );
 
-comment on table pyjobq.job_event is
-  'The events of jobs: when the first wait for each times out (wait_until, set by job_event_wait) and the '
-  'signal sent (payload and signalled_at, set once by job_signal). Deleted by job_prune with their jobs.';
-
-comment on type pyjobq.job_end is
-  'How one attempt ends, as _finish takes it: the job, the attempt and lease token its holder names (any token '
-  'when null), the outcome (done, failed, dead, released, snoozed, waiting, expired or cancelled), the result '
-  'of a done attempt, the error of a failed or cancelled one, the delay before its retry (null: the type''s '
-  'backoff) or the end of its snooze or wait (null: now), and the '
-  'parents a cancelled one still waited for (null: as the row says).';
+comment on table pyjobq.job_attempt is
+  'The attempts of jobs that ended otherwise than done: worker, start, end, outcome and error; a job''s last '
+  '25. Written by _finish, read by job_attempts, deleted by job_prune with their jobs.';
 
 create or replace function pyjobq.schema_version()
 returns int
@@ -31,31 +25,93 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 53
+  select 56
 $$;
 
 comment on function pyjobq.schema_version() is
   'Version of the pyjobq schema installed in this database: 1 + the number of schema changes since the first release.';
 
-create or replace function pyjobq._end_status(p_job pyjobq.job, p_outcome text)
-returns smallint
+create or replace function pyjobq._to_story(p_job_ids uuid[], p_attempts int[], p_workers text[],
+                                 p_started timestamptz[], p_outcomes text[], p_errors text[],
+                                 p_now timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  insert into pyjobq.job_attempt as a (job_id, attempt, worker_id, started_at, ended_at, outcome, error)
+  select u.job_id, u.attempt, u.worker_id, u.started_at, p_now, u.outcome, u.error
+    from unnest(p_job_ids, p_attempts, p_workers, p_started, p_outcomes, p_errors)
+         as u(job_id, attempt, worker_id, started_at, outcome, error)
+  on conflict on constraint job_attempt_pkey do nothing;
+  delete from pyjobq.job_attempt a
+   using unnest(p_job_ids, p_attempts) as u(job_id, attempt)
+   where a.job_id = u.job_id
+     and a.attempt <= u.attempt - 25;
+end;
+$$;
+
+comment on function pyjobq._to_story(uuid[], int[], text[], timestamptz[], text[], text[], timestamptz) is
+  'Records the attempts that just ended otherwise than done (job p_job_ids[i], attempt p_attempts[i], its '
+  'worker, start, outcome and error), ended at p_now, and deletes each job''s attempts older than its last 25.';
+
+create or replace function pyjobq._error_summary(p_error text)
+returns text
 language sql
 immutable
 begin atomic
-  select case p_outcome
-           when 'done' then 3
-           when 'dead' then 4
-           when 'cancelled' then 5
-           else case when pyjobq._tries_left(p_job.attempts,
-                                             p_job.attempts_refunded + (p_outcome in ('released', 'snoozed', 'waiting'))::int,
-                                             p_job.max_attempts) > 0
-                     then 1 else 4 end
-         end::smallint;
+  select left(btrim((regexp_match(p_error, '([^\n]*\S)\s*$'))[1]), 200);
 end;
 
-comment on function pyjobq._end_status(pyjobq.job, text) is
-  'The status outcome p_outcome gives the RUNNING job p_job: 3 for done, 4 for dead, 5 for cancelled; for '
-  'failed, expired, released, snoozed and waiting 1 (PENDING) with tries left, else 4.';
+comment on function pyjobq._error_summary(text) is
+  'The last line of p_error that is not blank, trimmed, at most 200 characters; null for null.';
+
+create or replace function pyjobq.job_attempts(p_job_id uuid)
+returns table (
+  attempt int,
+  worker_id text,
+  started_at timestamptz,
+  ended_at timestamptz,
+  outcome text,
+  error_summary text,
+  error text
+)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
+                                                    where j.job_id = p_job_id));
+  return query
+  select s.attempt, s.worker_id, s.started_at, s.ended_at, s.outcome, pyjobq._error_summary(s.error), s.error
+    from (select a.attempt::int, a.worker_id::text, a.started_at, a.ended_at, a.outcome, a.error
+            from pyjobq.job_attempt a
+           where a.job_id = p_job_id
+          union all
+          -- The attempt running, or the one that made the job DONE, from its row.
+          select j.attempts::int, j.worker_id::text, j.run_started_at,
+                 case when j.status = 3 then j.updated_at end,
+                 case when j.status = 2 then 'running' else 'done' end, null::text
+            from pyjobq.job_all j
+           where j.job_id = p_job_id
+             and j.status in (2, 3)) s
+   order by s.attempt;
+end;
+$$;
+
+comment on function pyjobq.job_attempts(uuid) is
+  'The attempts of job p_job_id, in order: each that ended otherwise than done (failed, dead, expired, '
+  'cancelled, snoozed, waiting; its last 25) with its worker, start, end, outcome, error and the error''s last '
+  'line (error_summary), then the one running or the one that made it DONE. No rows for a job that never ran or '
+  'no longer exists.';
 
 create or replace function pyjobq._finish(p_worker_id text, p_ends pyjobq.job_end[], p_now timestamptz,
                                p_denied smallint[], p_follow boolean default true)
@@ -123,24 +179,30 @@ begin
        and j.job_id = i.job_id
        and pyjobq._holds(j, p_worker_id, i.attempt, i.lease_token, p_denied)
        and pyjobq._end_status(j, i.outcome) = 1
-    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome
+    returning i.ord, j.job_id, j.attempts, j.job_type, j.status, j.run_after, i.outcome,
+              -- the worker before this update (the statement's snapshot), for the story
+              (select o.worker_id from pyjobq.job o where o.job_id = j.job_id) as worker_id,
+              j.run_started_at, left(i.error, 10000) as error
   ), moved as (
     select d.ord, (d.row).job_id, (d.row).attempts, (d.row).job_type, d.status, (d.row).run_after, d.outcome,
            true as ends, d.row, d.result, d.error, d.waiting,
-           (d.row).has_dependants or (d.row).batch_id is not null as followed
+           (d.row).has_dependants or (d.row).batch_id is not null as followed,
+           (d.row).worker_id, (d.row).run_started_at, (d.row).status = 2 and d.outcome <> 'done' as told,
+           d.outcome <> 'cancelled' and (d.outcome not in ('released', 'snoozed', 'waiting') or d.status = 4)
+             as counted
       from ended d
     union all
     select r.ord, r.job_id, r.attempts, r.job_type, r.status, r.run_after, r.outcome,
-           false, null, null, null, null, false
+           false, null, null, r.error, null, false, r.worker_id, r.run_started_at, r.outcome <> 'released',
+           r.outcome not in ('released', 'snoozed', 'waiting')
       from retried r
   ), followed as (
     -- One row (an aggregate), so that each follow-up runs once for the call,
-    -- in this order: the ended rows into the history, the finish counts (what
-    -- a holder or the reaper ended or failed, and a release, a snooze or a
-    -- wait only when it made the job DEAD), then what follows the ends of parents and batch members,
-    -- which reads the history; and each type's retries announced once. The
-    -- worker that lost its lease is not the one that ended the job: it gets
-    -- JQ001 (lease_lost) later, never JQ003.
+    -- in this order: the ended rows into the history, the story of attempts
+    -- that did not complete, the finish counts (a release, snooze or wait only
+    -- when it made the job DEAD), what follows the ends of parents and batch
+    -- members (which reads the history), each type's retries announced once.
+    -- A worker that lost its lease gets JQ001 (lease_lost) later, never JQ003.
     select pyjobq._to_history(array_agg(m.row) filter (where m.ends),
                               array_agg(m.status) filter (where m.ends), p_now,
                               case when bool_or(m.outcome = 'done')
@@ -151,15 +213,15 @@ begin
                                    then array_agg(m.waiting) filter (where m.ends) end,
                               case when bool_or(m.outcome = 'expired')
                                    then array_agg(m.outcome = 'expired') filter (where m.ends) end),
-           pyjobq._stat_add(p_now, p_worker_id,
-                            array_agg(m.job_type) filter (where m.outcome <> 'cancelled'
-                                                            and (m.outcome not in ('released', 'snoozed',
-                                                                                   'waiting')
-                                                                 or m.status = 4)),
-                            array_agg(m.status) filter (where m.outcome <> 'cancelled'
-                                                          and (m.outcome not in ('released', 'snoozed',
-                                                                                 'waiting')
-                                                               or m.status = 4))),
+           case when bool_or(m.told)
+                then pyjobq._to_story(array_agg(m.job_id) filter (where m.told),
+                                      array_agg(m.attempts::int) filter (where m.told),
+                                      array_agg(m.worker_id::text) filter (where m.told),
+                                      array_agg(m.run_started_at) filter (where m.told),
+                                      array_agg(m.outcome) filter (where m.told),
+                                      array_agg(m.error) filter (where m.told), p_now) end,
+           pyjobq._stat_add(p_now, p_worker_id, array_agg(m.job_type) filter (where m.counted),
+                            array_agg(m.status) filter (where m.counted)),
            case when p_follow and bool_or(m.followed)
                 then pyjobq._ended(array_agg(m.job_id) filter (where m.followed), p_now) end,
            (select count(pyjobq._announce(r.job_type, r.due, p_now))
@@ -178,129 +240,6 @@ comment on function pyjobq._finish(text, pyjobq.job_end[], timestamptz, smallint
   'again; counts them in job_stat, follows up dependants and batches (unless p_follow is false: the cascade '
   'follows up its own, a generation at a time), announces retries. Returns one row per attempt it moved, with '
   'its position in p_ends, its new status and whether its end is to be followed up.';
-
-create or replace function pyjobq.job_event_wait(
-  p_job_id uuid,
-  p_worker_id text,
-  p_attempt int,
-  p_name text,
-  p_timeout_seconds double precision default null,
-  p_lease_token uuid default null
-)
-returns table (outcome text, payload jsonb, wait_until timestamptz)
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-set lock_timeout = '5s'
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_event pyjobq.job_event;
-begin
-  perform pyjobq._check_text('p_name', p_name, 200, false);
-  perform pyjobq._check_seconds('p_timeout_seconds', p_timeout_seconds, 0, 31536000);
-  perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
-  -- The first wait for the name sets its timeout; a later one (the attempt
-  -- the signal or the timeout woke) reads how it ended. A signal being sent
-  -- right now holds the row: this waits for its commit.
-  insert into pyjobq.job_event as e (job_id, name, wait_until)
-  values (p_job_id, p_name, v_now + make_interval(secs => coalesce(p_timeout_seconds, 86400)))
-  on conflict on constraint job_event_pkey
-  do update set wait_until = coalesce(e.wait_until, excluded.wait_until)
-  returning e.* into v_event;
-  if v_event.signalled_at is not null then
-    return query select 'signalled', v_event.payload, v_event.wait_until;
-  elsif v_event.wait_until <= v_now then
-    return query select 'timed_out', null::jsonb, v_event.wait_until;
-  else
-    -- Asleep until the signal or the timeout: the attempt ends here.
-    perform from pyjobq._finish(p_worker_id,
-                                array[row(p_job_id, p_attempt, p_lease_token, 'waiting', null, null,
-                                          v_event.wait_until - v_now, null)::pyjobq.job_end],
-                                v_now, pyjobq._denied_types('work'));
-    if not found then
-      perform pyjobq._raise_not_held(p_job_id, p_worker_id, p_attempt, p_lease_token);
-    end if;
-    return query select 'waiting', null::jsonb, v_event.wait_until;
-  end if;
-end;
-$$;
-
-comment on function pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid) is
-  'Waits for event p_name (1 to 200 characters) of job p_job_id, if p_worker_id holds attempt p_attempt of it '
-  'with lease token p_lease_token (raising as job_step_save does when it does not). Returns outcome signalled '
-  'and the payload when job_signal sent it, before or after; timed_out once the first wait for the name has '
-  'lasted p_timeout_seconds (0 to 31536000, a day when null); else waiting: the attempt ends, the job PENDING '
-  'until the timeout with its try given back, and job_signal makes it due at once. The next attempt calls it '
-  'again to learn how the wait ended.';
-
-create or replace function pyjobq.job_signal(p_job_id uuid, p_name text, p_payload jsonb default null)
-returns boolean
-language plpgsql
-volatile
-security definer
-set search_path = pg_catalog, pyjobq, pg_temp
-set lock_timeout = '5s'
-as $$
-declare
-  v_now timestamptz := pyjobq.clock_now();
-  v_job_type smallint;
-  v_ended boolean;
-  v_wait timestamptz;
-begin
-  perform pyjobq._check_text('p_name', p_name, 200, false);
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the id of the job that waits for the event.';
-  end if;
-  select j.job_type, j.status in (3, 4, 5)
-    into v_job_type, v_ended
-    from pyjobq.job_all j
-   where j.job_id = p_job_id;
-  if not found then
-    raise exception 'job % does not exist', p_job_id
-      using errcode = 'JQ002',
-            hint = 'It may have been pruned, or the id is wrong.';
-  end if;
-  perform pyjobq._check_privilege('enqueue', array[v_job_type]);
-  if v_ended then
-    raise exception 'job % has ended', p_job_id
-      using errcode = 'JQ003',
-            hint = 'A signal reaches a job that has yet to end.';
-  end if;
-  insert into pyjobq.job_event as e (job_id, name, payload, signalled_at)
-  values (p_job_id, p_name, p_payload, v_now)
-  on conflict on constraint job_event_pkey
-  do update set payload = excluded.payload, signalled_at = excluded.signalled_at
-          where e.signalled_at is null
-  returning e.wait_until into v_wait;
-  if not found then
-    return false;  -- sent before: a signal is delivered once
-  end if;
-  if v_wait > v_now then
-    -- The job sleeps for this event: due now. (Claims skip it until this
-    -- commits; a job claimed meanwhile reads the signal at its next wait.)
-    update pyjobq.job j
-       set run_after = pyjobq._pending_from(v_now, v_now, false),
-           updated_at = v_now
-     where j.job_id = p_job_id
-       and j.status = 1
-       and j.run_after > v_now;
-    if found then
-      perform pyjobq._announce(v_job_type, v_now, v_now);
-    end if;
-  end if;
-  return true;
-end;
-$$;
-
-comment on function pyjobq.job_signal(uuid, text, jsonb) is
-  'Sends event p_name (1 to 200 characters) with p_payload (any JSON, or null) to job p_job_id, of a type the '
-  'caller may enqueue: a job waiting for it (job_event_wait) is due at once, and one that waits for it later '
-  'gets it then. Returns true, or false when the job already had this event (a signal is delivered once; the '
-  'first payload stays). Raises JQ002 for no such job and JQ003 for a job that has ended.';
 
 create or replace function pyjobq.job_prune(p_older_than interval, p_limit int default null)
 returns bigint
@@ -382,19 +321,23 @@ begin
     delete from pyjobq.job_edge e using deleted x where x.has_parents and e.child_id = x.job_id
   )
   select v_deleted + count(*) into v_deleted from deleted;
-  -- The steps and events of the jobs gone, up to p_limit jobs: those of a job
-  -- enqueued before the cutoff (its id says when) that is neither active nor
-  -- in the history.
+  -- The steps, events and attempts of the jobs gone, up to p_limit jobs: those
+  -- of a job enqueued before the cutoff (its id says when) that is neither
+  -- active nor in the history.
   with gone as (
     select distinct d.job_id
       from (select s.job_id from pyjobq.job_step s
             union all
-            select e.job_id from pyjobq.job_event e) d
+            select e.job_id from pyjobq.job_event e
+            union all
+            select a.job_id from pyjobq.job_attempt a) d
      where d.job_id < pyjobq._job_id_floor(v_cutoff)
        and not exists (select from pyjobq.job_all j where j.job_id = d.job_id)
      limit v_limit
   ), steps as (
     delete from pyjobq.job_step s using gone g where s.job_id = g.job_id
+  ), attempts as (
+    delete from pyjobq.job_attempt a using gone g where a.job_id = g.job_id
   )
   delete from pyjobq.job_event e using gone g where e.job_id = g.job_id;
   -- A finished batch goes once its members have.
@@ -420,7 +363,7 @@ $$;
 
 comment on function pyjobq.job_prune(interval, int) is
   'Deletes the DONE, DEAD and CANCELLED jobs that ended more than p_older_than (0 to 100 years) ago (but not '
-  'a parent with a dependant yet to end), with their dependency edges, steps and events: first every day of history that ended '
+  'a parent with a dependant yet to end), with their dependency edges, steps, events and attempts: first every day of history that ended '
   'by then, whole, by dropping its partition of job_history (waiting at most 100 ms for its lock, else left to '
   'the next call), then up to p_limit (1..100000, default 10000) of the rest, row by row; and the batches '
   'finished as long ago whose jobs are all gone. Returns how many jobs it deleted; call it again until it '
@@ -430,8 +373,7 @@ comment on function pyjobq.job_prune(interval, int) is
   'the audit lines it deleted.';
 
 insert into pyjobq.api_grant (function, roles) values
-  ('pyjobq.job_event_wait(uuid, text, int, text, double precision, uuid)', '{pyjobq_worker}'),
-  ('pyjobq.job_signal(uuid, text, jsonb)', '{pyjobq_producer,pyjobq_admin}');
+  ('pyjobq.job_attempts(uuid)', '{pyjobq_producer,pyjobq_admin}');
 
 do $$ begin perform pyjobq.grant_roles(); end; $$;
 

@@ -1,18 +1,12 @@
--- depends: 0051_steps
+-- depends: 0052_snooze_count
 
--- Schema 52: a snooze. A handler puts its job back to sleep for a while
+-- Schema 53: a snooze. A handler puts its job back to sleep for a while
 -- (job_finish_many's outcome snoozed): PENDING again, its try given back and
--- counted in the job's snoozes, which each type bounds (job_type_set_snoozes).
+-- counted in the job's snoozes (schema 52), which each type bounds
+-- (job_type_set_snoozes).
 
--- Both columns come with a constant default: a change of the catalog, no
--- rewrite of either table.
-alter table pyjobq.job add column snoozes smallint not null default 0;
-
+-- A constant default: a change of the catalog, no rewrite.
 alter table pyjobq.job_type add column max_snoozes int not null default 1000;
-
-comment on column pyjobq.job.snoozes is
-  'How many times a handler put the job back to sleep (job_finish_many''s snoozed): each gives its claim back, '
-  'as attempts_refunded counts, and job_type_set_snoozes bounds them. Not kept in the history.';
 
 drop function pyjobq.job_type_policies();
 
@@ -29,7 +23,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 52
+  select 53
 $$;
 
 comment on function pyjobq.schema_version() is

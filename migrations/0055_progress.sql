@@ -1,6 +1,6 @@
--- depends: 0053_waits_and_signals
+-- depends: 0054_waits_and_signals
 
--- Schema 54: progress. A handler reports how far it got (job_progress); its
+-- Schema 55: progress. A handler reports how far it got (job_progress); its
 -- latest report is in the job's row, and job_get shows it with the job's
 -- snoozes.
 
@@ -19,7 +19,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 54
+  select 55
 $$;
 
 comment on function pyjobq.schema_version() is

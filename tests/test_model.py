@@ -4,7 +4,7 @@ Hypothesis drives enqueue (with and without dedupe keys, and uniqueness windows)
 parents (dependencies, either policy on a parent's failure), batches (open, join, close, and their
 callbacks), claim, complete, complete_many, fail, renew, release, reap, redrive, cancel, prune, a
 schedule's set and tick, a type's concurrency and rate limits, checkpointed steps, snoozes (and
-their bound), waits for events and their signals, and clock moves against one database.
+their bound), waits for events and their signals, progress, and clock moves against one database.
 ``Model`` predicts every row and every outcome (including which SQLSTATE a stale holder gets);
 where the queue may legitimately choose (ties in claim order, backoff jitter) the test checks the
 choice is allowed and then adopts it. After every step the whole table, ``job_counts()``, the
@@ -212,6 +212,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.events: dict[tuple[UUID, str], tuple[datetime | None, Any, bool]] = {}
         self.snoozes: dict[UUID, int] = {}
         self.max_snoozes = 1000
+        # Each job's last progress report, kept in its row while it is yet to end.
+        self.progress: dict[UUID, dict[str, int]] = {}
 
     def token_at(self, index: int) -> Token:
         """A token the queue handed out, or, before the first claim, one it never did."""
@@ -904,7 +906,8 @@ class QueueMachine(RuleBasedStateMachine):
                 job, status=PENDING, attempts_refunded=job.attempts, run_after=self.now,
                 worker_id=None, updated_at=self.now,
             )  # fmt: skip
-            self.snoozes.pop(job_id, None)  # a fresh count
+            self.snoozes.pop(job_id, None)  # a fresh count, and no progress
+            self.progress.pop(job_id, None)
             if job_id in self.batch_of:
                 self.batches[self.batch_of[job_id]].finished_at = None
         # A dependant moved only with none of its parents left DEAD or CANCELLED by the call,
@@ -1001,6 +1004,18 @@ class QueueMachine(RuleBasedStateMachine):
         recorded.setdefault(name, value)
         steps = self.q.steps(token.job_id, token.worker_id, token.attempt)
         assert {s.name: s.result for s in steps} == recorded
+
+    @rule(index=PICK, done=st.integers(0, 9))
+    def report_progress(self, index: int, done: int) -> None:
+        """Only the holder reports; the latest report stays with the job through its attempts."""
+        token = self.token_at(index)
+        report = {"done": done}
+        self.call_as_holder(
+            token,
+            lambda: self.q.progress(token.job_id, token.worker_id, token.attempt, report),
+        )
+        if self.expect_not_held(token) is None:
+            self.progress[token.job_id] = report
 
     @rule(bound=st.sampled_from([0, 1, 2, 1000]))
     def set_snoozes(self, bound: int) -> None:
@@ -1125,7 +1140,8 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def durable_state_matches(self) -> None:
         """The steps and events of the jobs the model holds are what it recorded (those of a
-        pruned job may go later, with its prune's limit), and each active job's snoozes."""
+        pruned job may go later, with its prune's limit), and each active job's snoozes and
+        progress."""
         steps: dict[UUID, dict[str, Any]] = {}
         for job_id, name, result in self.conn.execute(
             "select job_id, name, result from pyjobq.job_step"
@@ -1152,6 +1168,14 @@ class QueueMachine(RuleBasedStateMachine):
             j: n
             for j, n in self.snoozes.items()
             if n and j in self.jobs and self.jobs[j].status in ACTIVE
+        }
+        reported = dict(
+            self.conn.execute("select job_id, progress from pyjobq.job where progress is not null")
+        )
+        assert reported == {
+            j: p
+            for j, p in self.progress.items()
+            if j in self.jobs and self.jobs[j].status in ACTIVE
         }
 
     @invariant()

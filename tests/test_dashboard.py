@@ -7,6 +7,7 @@ queue is arranged through the SQL API and every outcome is read back from the da
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -448,6 +449,41 @@ def test_a_job_page_shows_its_parents_dependants_and_batch(
         page.click(f'#callbacks a[href="/jobs/{finish}"]')
         assert page.locator("#job-id").inner_text() == str(finish)
         assert page.locator("#job-status").inner_text() == "PENDING"
+
+
+def test_a_job_page_tells_each_attempt_and_the_progress_of_the_one_running(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{\"report\": 7}')")
+    error = 'Traceback (most recent call last):\n  File "report.py", line 9\nTimeoutError: {}'
+    for worker, why in [("w-1", "export took too long"), ("w-2", "export took too long again")]:
+        ((attempt, token),) = conn.execute(
+            "select attempt, lease_token from pyjobq.job_claim(%s, 1)", (worker,)
+        ).fetchall()
+        conn.execute(
+            "select pyjobq.job_fail(%s, %s, %s, %s, 0, false, %s)",
+            (job_id, worker, attempt, error.format(why), token),
+        )
+    ((attempt, token),) = conn.execute(
+        "select attempt, lease_token from pyjobq.job_claim('w-3', 1)"
+    ).fetchall()
+    conn.execute(
+        "select pyjobq.job_progress(%s, 'w-3', %s, '{\"rows\": 4200, \"of\": 10000}', %s)",
+        (job_id, attempt, token),
+    )
+    with dashboard(login_role("pyjobq_admin")) as base:
+        page.goto(f"{base}/jobs/{job_id}")
+        rows = [r.inner_text().split("\t") for r in page.locator("#attempts tbody tr").all()]
+        assert [(r[0], r[1], r[4], r[5].strip()) for r in rows] == [
+            ("1", "w-1", "failed", "TimeoutError: export took too long"),
+            ("2", "w-2", "failed", "TimeoutError: export took too long again"),
+            ("3", "w-3", "running", ""),
+        ]
+        assert json.loads(page.locator("#progress").inner_text()) == {"rows": 4200, "of": 10000}
+        page.click("#attempts tr[data-attempt='2'] summary")
+        expanded = page.locator("#attempts tr[data-attempt='2'] pre")
+        playwright.expect(expanded).to_contain_text('File "report.py", line 9')
+        shoot(page, "attempts", tmp_path)
 
 
 def test_a_page_under_another_name_gets_nothing(

@@ -1,7 +1,7 @@
 """The pyjobq dashboard: a server-rendered page over the same SQL functions any client calls.
 
 ``pyjobq dashboard`` serves it (the ``dashboard`` extra: Starlette, Jinja2, uvicorn). It reads
-``job_counts``, ``job_throughput``, ``job_workers``, ``job_list``, ``job_get``,
+``job_counts``, ``job_throughput``, ``job_workers``, ``job_list``, ``job_get``, ``job_attempts``,
 ``job_schedules``, ``job_type_limits`` and ``job_audit``, and acts through ``job_cancel``,
 ``job_redrive`` and ``job_prune``, with the role it connects as: it shows what that role may
 call, and acts only when started with actions allowed. Modules: ``settings`` (what it is

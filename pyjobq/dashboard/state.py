@@ -19,6 +19,7 @@ FUNCTIONS = {
     "job_workers": "interval",
     "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid",
     "job_get": "uuid",
+    "job_attempts": "uuid",
     "job_dependencies": "uuid",
     "job_batch_get": "uuid",
     "job_audit": "bigint, int",

@@ -144,6 +144,7 @@ async def job(request: Request) -> Response:
     if found is None:
         return problem(request, 404, f"no job {job_id} (never enqueued, or pruned)")
     graph = await board.queue.dependencies(job_id) if board.may("job_dependencies") else []
+    story = await board.queue.attempts(job_id) if board.may("job_attempts") else []
     batch = (
         await board.queue.get_batch(found.batch_id)
         if found.batch_id is not None and board.may("job_batch_get")
@@ -155,6 +156,7 @@ async def job(request: Request) -> Response:
         job=found,
         payload=json.dumps(found.payload, indent=2, sort_keys=True),
         result=None if found.result is None else json.dumps(found.result, indent=2),
+        attempts=story,
         parents=[d for d in graph if d.relation == "parent"],
         dependants=[d for d in graph if d.relation == "dependant"],
         type_names={t.job_type: t.name for t in await board.queue.types()} if graph else {},

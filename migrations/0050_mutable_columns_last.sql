@@ -69,6 +69,33 @@ drop function pyjobq._end_status(pyjobq.job, text);
 drop function pyjobq._to_history(pyjobq.job[], smallint[], timestamptz, jsonb[], text[], int[], boolean[]);
 drop table pyjobq.job;
 alter table pyjobq.job_rewritten rename to job;
+
+-- From PostgreSQL 18 on a NOT NULL is a constraint with a name, made from the
+-- table's: the names a new install gives them, to the new table's and to the
+-- history's (which took the job table's own when schema 27 made it, its
+-- partitions with it).
+do $$
+declare
+  v_name text;
+begin
+  for v_name in
+    select c.conname from pg_constraint c
+     where c.conrelid = 'pyjobq.job'::regclass and c.contype = 'n' and c.conname like 'job\_rewritten\_%'
+  loop
+    execute format('alter table pyjobq.job rename constraint %I to %I',
+                   v_name, 'job_' || substr(v_name, length('job_rewritten_') + 1));
+  end loop;
+  for v_name in
+    select c.conname from pg_constraint c
+     where c.conrelid = 'pyjobq.job_history'::regclass and c.contype = 'n'
+       and c.conname not like 'job\_history\_%'
+  loop
+    execute format('alter table pyjobq.job_history rename constraint %I to %I',
+                   v_name, 'job_history_' || substr(v_name, length('job_') + 1));
+  end loop;
+end;
+$$;
+
 alter table pyjobq.job add constraint job_pkey primary key (job_id);
 
 comment on table pyjobq.job is

@@ -137,6 +137,10 @@ class RunningJob:
         if self.unsent is not None and not self.held.lost:
             self.sending = self.loop.create_task(self.send())
 
+    def idempotency_key(self, name: str) -> str:
+        """The job's id and the step's name: the same in every attempt."""
+        return f"{self.job.job_id}:{name}"
+
     def complete_args(self, result: object) -> tuple[Any, ...]:
         """``complete``'s arguments for this job and ``result``; from here on the heartbeat
         leaves the job's row to the caller's transaction, which holds it."""
@@ -145,12 +149,19 @@ class RunningJob:
         return (job.job_id, self.worker_id, job.attempt, encoded, job.lease_token)
 
     def remember(self, name: str, row: StepSaved) -> Any:
-        """Keep what the step's record holds (``value`` as stored, or the earlier record's)."""
+        """Keep and return what the step's record holds (this run's result as stored, or the
+        earlier record's)."""
         if self.recorded is not None:
             self.recorded[name] = row.result
-        if not row.saved:
-            raise _Recorded(row.result)
         return row.result
+
+    def remember_in_tx(self, name: str, row: StepSaved) -> Any:
+        """As :meth:`remember`, inside the step's transaction: a step recorded before raises
+        ``_Recorded``, which rolls back what this run wrote."""
+        result = self.remember(name, row)
+        if not row.saved:
+            raise _Recorded(result)
+        return result
 
 
 _running: ContextVar[RunningJob | None] = ContextVar("pyjobq_running_job", default=None)
@@ -186,7 +197,7 @@ class JobContext:
     def idempotency_key(self, name: str) -> str:
         """A key naming step ``name`` of this job, the same in every attempt: pass it to the
         service a step calls, so that a step run again after a crash is not applied twice."""
-        return f"{self._run.job.job_id}:{name}"
+        return self._run.idempotency_key(name)
 
     def snooze(self, seconds: float) -> NoReturn:
         """End this attempt by putting the job back to sleep for ``seconds`` (raises
@@ -231,10 +242,7 @@ class JobContext:
         if inspect.isawaitable(value):
             value = await value
         row = await self._run.queue.step_save(*self._run.save_args(name, value))
-        try:
-            return self._run.remember(name, row)
-        except _Recorded as earlier:
-            return earlier.result
+        return self._run.remember(name, row)
 
     async def step_tx(
         self,
@@ -258,7 +266,7 @@ class JobContext:
                 if inspect.isawaitable(value):
                     value = await value
                 row = await AsyncJobQueue(conn).step_save(*self._run.save_args(name, value))
-                return self._run.remember(name, row)
+                return self._run.remember_in_tx(name, row)
         except _Recorded as earlier:
             return earlier.result
 
@@ -276,7 +284,7 @@ class SyncJobContext:
 
     def idempotency_key(self, name: str) -> str:
         """See :meth:`JobContext.idempotency_key`."""
-        return f"{self._run.job.job_id}:{name}"
+        return self._run.idempotency_key(name)
 
     def snooze(self, seconds: float) -> NoReturn:
         """See :meth:`JobContext.snooze`."""
@@ -301,10 +309,7 @@ class SyncJobContext:
             return recorded[name]
         value = work(*args, **kwargs)
         row = self._on_loop(self._run.queue.step_save(*self._run.save_args(name, value)))
-        try:
-            return self._run.remember(name, row)
-        except _Recorded as earlier:
-            return earlier.result
+        return self._run.remember(name, row)
 
     def step_tx(
         self,
@@ -323,7 +328,7 @@ class SyncJobContext:
             with conn.transaction():
                 value = work(*args, **kwargs)
                 row = JobQueue(conn).step_save(*self._run.save_args(name, value))
-                return self._run.remember(name, row)
+                return self._run.remember_in_tx(name, row)
         except _Recorded as earlier:
             return earlier.result
 

@@ -11,8 +11,8 @@
 -- larger. They go to one partition that reaches back to the first job and
 -- up to the first day partition (to the end of today when no day was made
 -- yet), named after its last day, so that job_prune drops it whole once
--- that day is past its cutoff. Completions wait for the move, once; an
--- install that has no such jobs skips it.
+-- that day is past its cutoff. Completions and reads of the history wait for
+-- the move, once; an install that has no such jobs skips it.
 do $do$
 declare
   v_first date;
@@ -31,8 +31,11 @@ begin
   v_first := coalesce(v_first, (pyjobq.clock_now() at time zone 'UTC')::date + 1);
   v_name := 'job_history_' || to_char(v_first - 1, 'YYYYMMDD');
   v_bound := v_first::timestamp at time zone 'UTC';
-  lock table pyjobq.job_history in share row exclusive mode;
-  lock table pyjobq.job_history_default in access exclusive mode;
+  -- One lock, on the parent (which takes its partitions after it): a worker
+  -- that read the history and then writes to it holds the parent while it
+  -- waits, so it goes ahead of this request instead of deadlocking with a
+  -- migration that held the parent and waited for the default partition.
+  lock table pyjobq.job_history in access exclusive mode;
   execute format('create table pyjobq.%I (like pyjobq.job_history including constraints)', v_name);
   execute format('alter table pyjobq.%I set (autovacuum_vacuum_insert_scale_factor = 0, '
                  'autovacuum_vacuum_insert_threshold = 100000)', v_name);

@@ -457,6 +457,65 @@ def test_an_install_upgraded_by_the_released_schema_27_gets_its_old_history_out_
         assert one(conn, "select to_regclass('pyjobq.job_history_20300103')") is not None
 
 
+def test_schema_28_moves_the_old_history_past_a_worker_that_reads_it_and_then_writes_to_it(
+    new_database: Callable[[], str],
+) -> None:
+    """A 0.2.0 worker that read the history and then completes a job holds the history while
+    schema 28's move waits for it: the move lets the completion through instead of deadlocking
+    with it, and then moves the old history as it does alone."""
+    target = new_database()
+    apply_until(target, "0027_history")
+    with psycopg.connect(target, autocommit=True) as conn:
+        freeze(conn, "2030-01-01 12:00+00")
+        done, dead, pending = end_two_of_three(conn)
+    apply_until(target, "0027_history", including=True)
+    failed: list[BaseException] = []
+
+    def move() -> None:
+        try:
+            apply_until(target, "0028_after_the_release", including=True)
+        except BaseException as exc:  # reported by the assertion below
+            failed.append(exc)
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        freeze(conn, "2030-01-03 12:00+00")
+        assert one(conn, "select pyjobq.job_history_maintain()") == 2
+        claimed = conn.execute(
+            "select job_id, attempt, lease_token from pyjobq.job_claim('w1', 1)"
+        ).fetchone()
+        assert claimed is not None
+        assert claimed[0] == pending
+        with psycopg.connect(target) as worker:
+            freeze(worker, "2030-01-03 12:00+00")
+            assert one(worker, "select count(*) from pyjobq.job_history") == 2
+            mover = threading.Thread(target=move)
+            mover.start()
+            deadline = time.monotonic() + 30
+            while not one(
+                conn,
+                "select exists (select from pg_locks l join pg_database d on d.oid = l.database"
+                " where not l.granted and d.datname = current_database())",
+            ):
+                assert mover.is_alive(), failed
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            worker.execute("select pyjobq.job_complete(%s, 'w1', %s, null, %s)", claimed)
+            worker.commit()
+        mover.join(timeout=30)
+        assert not mover.is_alive()
+        assert not failed, failed
+        placed = conn.execute(
+            "select job_id, tableoid::regclass::text from pyjobq.job_history"
+        ).fetchall()
+        assert sorted(placed) == sorted(
+            [
+                (done[0], "pyjobq.job_history_20300102"),
+                (dead[0], "pyjobq.job_history_20300102"),
+                (pending, "pyjobq.job_history_20300103"),
+            ]
+        )
+
+
 def test_migrate_adopts_a_schema_installed_with_psql(
     pg_server: LocalPostgres, new_database: Callable[[], str]
 ) -> None:

@@ -224,6 +224,14 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
 -- privileges: resume from this session's claim front (or scan from the
 -- head), pick with SKIP LOCKED, and write the new front; the caller leases
 -- what it picked. The front is read and written here only.
+--
+-- job_claim_idx holds the PENDING jobs that are not due yet as well (a
+-- snooze, a wait, a retry's backoff, a job enqueued for later), and in its
+-- order (priority, run_after, seq) each priority's jobs not due come right
+-- after its due ones. So the pick goes priority by priority: the range of
+-- one priority's due jobs, which ends at its first job not due, then the
+-- next priority that has PENDING jobs, found by one descent of the index.
+-- However many jobs sleep, a claim reads none of them.
 create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
 returns uuid[]
 language plpgsql
@@ -242,89 +250,102 @@ as $$
 declare
   v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
-  v_bounded boolean;
-  -- Without a front these match nothing yet keep every scan an index scan.
+  -- Where a pass starts: the priorities before v_priority whole, then
+  -- v_priority's jobs after (v_run_after, v_seq), then the later priorities
+  -- whole. The scan from the head starts before every job.
   v_priority smallint := -1;
   v_run_after timestamptz := '-infinity';
   v_seq bigint := 0;
-  v_ids uuid[];
-  v_from_head int;
+  v_ids uuid[] := '{}';
+  v_picked uuid[];
+  v_last pyjobq.claim_front;  -- where the pass that picked last ended
+  v_from_head boolean := false;
 begin
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
   v_front := pyjobq._claim_front_read(p_types::text, v_now_us);
-  v_bounded := v_front.seq is not null;
-  if v_bounded then
+  if v_front.seq is not null then
     v_priority := v_front.priority;
     v_run_after := v_front.run_after;
     v_seq := v_front.seq;
   end if;
-
-  -- One statement picks: each MATERIALIZED CTE locks at most its limit
-  -- exactly once (a plain subquery may be re-run by a nested loop and lock
-  -- more), and SKIP LOCKED lets concurrent claimers take the next rows instead
-  -- of waiting. The urgent jobs ahead of the front come first, then the jobs
-  -- after it, then the scan from the head. Without a front, "ahead" and
-  -- "after" have limit 0 and read nothing. It also finds the new front: the
-  -- last job picked or, when the head scan picked any, the last of those (due
-  -- jobs may remain between it and the old front).
-  with ahead as materialized (
-    select c.job_id, c.priority, c.run_after, c.seq, 1 as part
-      from pyjobq.job c
-     where c.status = 1
-       and c.priority < v_priority
-       and c.run_after <= p_now
-       and c.job_type = any (p_types)
-     order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then p_limit else 0 end
-       for update skip locked
-  ),
-  after as materialized (
-    select c.job_id, c.priority, c.run_after, c.seq, 2 as part
-      from pyjobq.job c
-     where c.status = 1
-       and (c.priority, c.run_after, c.seq) > (v_priority, v_run_after, v_seq)
-       and c.run_after <= p_now
-       and c.job_type = any (p_types)
-     order by c.priority, c.run_after, c.seq
-     limit case when v_bounded then p_limit else 0 end
-       for update skip locked
-  ),
-  head as materialized (
-    select c.job_id, c.priority, c.run_after, c.seq, 3 as part
-      from pyjobq.job c
-     where c.status = 1
-       and c.run_after <= p_now
-       and c.job_type = any (p_types)
-       and c.job_id not in (select a.job_id from ahead a union all select f.job_id from after f)
-     order by c.priority, c.run_after, c.seq
-     limit p_limit
-       for update skip locked
-  ),
-  -- CTEs run as far as they are read: once p_limit jobs are picked, the
-  -- scans not yet reached never start and lock nothing.
-  picked as (
-    (select * from ahead
-     union all
-     select * from after
-     union all
-     select * from head)
-    limit p_limit
-  )
-  select array_agg(p.job_id order by p.priority, p.run_after, p.seq),
-         count(*) filter (where p.part = 3),
-         (array_agg(p.priority order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
-         (array_agg(p.run_after order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)],
-         (array_agg(p.seq order by p.part = 3, p.priority, p.run_after, p.seq))[count(*)]
-    into v_ids, v_from_head, v_priority, v_run_after, v_seq
-    from picked p;
-  if v_ids is null then
+  loop
+    -- One statement picks. The priorities come in order, each once, and as
+    -- far as the pick reads them: once it has its jobs, no further priority
+    -- is looked up and no further row is locked. SKIP LOCKED lets concurrent
+    -- claimers take the next rows instead of waiting. Below v_priority a
+    -- descent stops at v_priority, so that the jobs claimed from it since
+    -- the front started, whose index entries an old snapshot may keep, are
+    -- never walked past.
+    with recursive present(priority) as (
+      select case when v_priority < 0
+                  then (select c.priority from pyjobq.job c
+                         where c.status = 1
+                         order by c.priority limit 1)
+                  else coalesce((select c.priority from pyjobq.job c
+                                  where c.status = 1 and c.priority < v_priority
+                                  order by c.priority limit 1), v_priority)
+             end
+      union all
+      select case when q.priority < v_priority
+                  then coalesce((select c.priority from pyjobq.job c
+                                  where c.status = 1 and c.priority > q.priority and c.priority < v_priority
+                                  order by c.priority limit 1), v_priority)
+                  else (select c.priority from pyjobq.job c
+                         where c.status = 1 and c.priority > q.priority
+                         order by c.priority limit 1)
+             end
+        from present q
+       where q.priority is not null
+    ),
+    picked as (
+      select d.*
+        from present q
+        cross join lateral (
+          select c.job_id, c.priority, c.run_after, c.seq
+            from pyjobq.job c
+           where c.status = 1
+             and c.priority = q.priority
+             and (c.priority, c.run_after, c.seq)
+                 > (q.priority,
+                    case when q.priority = v_priority then v_run_after else '-infinity' end,
+                    case when q.priority = v_priority then v_seq else 0 end)
+             and c.run_after <= p_now
+             and c.job_type = any (p_types)
+             and c.job_id <> all (v_ids)
+           order by c.priority, c.run_after, c.seq
+           limit p_limit - cardinality(v_ids)
+             for update skip locked
+        ) d
+       limit p_limit - cardinality(v_ids)
+    )
+    select array_agg(p.job_id order by p.priority, p.run_after, p.seq),
+           (array_agg(p.priority order by p.priority desc, p.run_after desc, p.seq desc))[1],
+           (array_agg(p.run_after order by p.priority desc, p.run_after desc, p.seq desc))[1],
+           (array_agg(p.seq order by p.priority desc, p.run_after desc, p.seq desc))[1]
+      into v_picked, v_last.priority, v_last.run_after, v_last.seq
+      from picked p;
+    if v_picked is not null then
+      v_ids := v_ids || v_picked;
+      v_front.priority := v_last.priority;
+      v_front.run_after := v_last.run_after;
+      v_front.seq := v_last.seq;
+      v_from_head := v_priority = -1;
+    end if;
+    exit when cardinality(v_ids) = p_limit or v_priority = -1;
+    -- Then from the head: due jobs may remain behind the front.
+    v_priority := -1;
+    v_run_after := '-infinity';
+    v_seq := 0;
+  end loop;
+  if cardinality(v_ids) = 0 then
     return '{}';
   end if;
-  -- A head scan starts a new second of life; resuming keeps the old front's.
+  -- The new front: where the last pass that picked ended. A head scan that
+  -- picked starts a new second of life; resuming keeps the old front's.
   perform pyjobq._claim_front_write(row(
-    v_front.epoch, case when v_from_head > 0 then v_now_us else v_front.started_us end, p_types::text,
-    v_now_us, v_priority, v_run_after, v_seq)::pyjobq.claim_front);
+    v_front.epoch, case when v_from_head then v_now_us else v_front.started_us end, p_types::text,
+    v_now_us, v_front.priority, v_front.run_after, v_front.seq)::pyjobq.claim_front);
   return v_ids;
 end;
 $$;

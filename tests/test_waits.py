@@ -293,3 +293,45 @@ def test_a_sync_handler_s_wait_times_out(dsn: str, conn: Conn) -> None:
         wait_for(lambda: job_state(conn, job_id)[0] == 3, "the job to end")
     result = one(conn, "select result from pyjobq.job_all where job_id = %s", (job_id,))
     assert result == {"reply": None, "attempt": 2}
+
+
+def test_durable_sleeps_are_passed_once_over_and_a_signal_ends_one_early(
+    dsn: str, conn: Conn
+) -> None:
+    """``ctx.sleep`` and ``ctx.sleep_until`` end the attempt and put the job to sleep; the
+    attempt that wakes passes them (the steps before them recorded) and goes on. A sleep is a
+    wait that nothing signals: ``job_signal`` of its name wakes it early."""
+    ran: list[str] = []
+
+    async def handler(job: ClaimedJob) -> Payload:
+        ctx = job_context()
+        await ctx.step("a", ran.append, "a")
+        await ctx.sleep("cool-off", 0.2)
+        await ctx.step("b", ran.append, "b")
+        await ctx.sleep_until("later", datetime.now(UTC) + timedelta(seconds=0.2))
+        await ctx.step("c", ran.append, "c")
+        return {"attempt": job.attempt}
+
+    def napper(job: ClaimedJob) -> Payload:
+        ctx = sync_job_context()
+        with pytest.raises(InvalidArgument, match="aware"):
+            ctx.sleep_until("naive", datetime(2030, 1, 1))
+        ctx.sleep("nap", 3600)
+        return {"attempt": job.attempt}
+
+    q = JobQueue(conn)
+    slept = q.enqueue(1, {}, max_attempts=1).job_id
+    napping = q.enqueue(2, {}, max_attempts=1).job_id
+    with running(Worker(dsn, {1: handler, 2: napper}, concurrency=2, poll_interval=0.1)):
+        wait_for(
+            lambda: one(
+                conn, "select count(*) from pyjobq.job_event where job_id = %s", (napping,)
+            ),
+            "the nap to start",
+        )
+        assert q.signal(napping, "nap")
+        wait_for(lambda: job_state(conn, napping)[0] == 3, "the nap to end early")
+        wait_for(lambda: job_state(conn, slept)[0] == 3, "both sleeps to pass")
+    results = dict(conn.execute("select job_id, result from pyjobq.job_all").fetchall())
+    assert results == {slept: {"attempt": 3}, napping: {"attempt": 2}}
+    assert ran == ["a", "b", "c"]

@@ -27,8 +27,9 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import psycopg
@@ -104,6 +105,12 @@ class RunningJob:
         if row.outcome == "timed_out":
             raise WaitTimedOut(name, row.wait_until)
         raise Waiting(name, row.wait_until)
+
+    async def sleep(self, name: str, seconds: float) -> None:
+        """A durable sleep: a wait for event ``name`` that its timeout ends (or a signal,
+        early); Waiting (asleep) until then."""
+        with suppress(WaitTimedOut):
+            await self.wait_for(name, max(0.0, seconds))
 
     def report(self, progress: Mapping[str, Any]) -> None:
         """Keep ``progress`` as the latest report and have it sent (from any thread)."""
@@ -230,6 +237,18 @@ class JobContext:
         raises :class:`~pyjobq.worker.outcomes.Waiting`, a ``BaseException``: let it pass.)"""
         return await self._run.wait_for(name, timeout)
 
+    async def sleep(self, name: str, seconds: float) -> None:
+        """Sleep ``name``: the first call ends the attempt and puts the job to sleep, holding
+        nothing, for ``seconds`` (at most a year); the attempt that wakes runs the handler
+        again, its steps recorded, and the call then returns at once. It is a wait for event
+        ``name`` (:meth:`wait_for`) that nothing signals, so ``job_signal`` of the name ends
+        it early. Unlike :meth:`snooze`, a handler run again passes a sleep that is over."""
+        await self._run.sleep(name, seconds)
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """:meth:`sleep` until ``when`` (an aware datetime), counted from the first call."""
+        await self._run.sleep(name, _seconds_until(when))
+
     async def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Step ``name``: its stored result if an earlier run recorded it, else what ``work``
         returns (awaited when it is a coroutine), recorded (``job_step_save``) and returned as
@@ -302,6 +321,14 @@ class SyncJobContext:
         """See :meth:`JobContext.wait_for`."""
         return self._on_loop(self._run.wait_for(name, timeout))
 
+    def sleep(self, name: str, seconds: float) -> None:
+        """See :meth:`JobContext.sleep`."""
+        self._on_loop(self._run.sleep(name, seconds))
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """See :meth:`JobContext.sleep_until`."""
+        self._on_loop(self._run.sleep(name, _seconds_until(when)))
+
     def step(self, name: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`JobContext.step`; the calls go through the worker's connections."""
         recorded = self._on_loop(self._run.read_steps())
@@ -335,6 +362,13 @@ class SyncJobContext:
     def _on_loop(self, call: Any) -> Any:
         """Run a coroutine of the worker's on its loop, from the handler's thread."""
         return asyncio.run_coroutine_threadsafe(call, self._run.loop).result()
+
+
+def _seconds_until(when: datetime) -> float:
+    """Seconds from now to ``when``, an aware datetime (0 when past)."""
+    if when.tzinfo is None:
+        raise InvalidArgument("when must be an aware datetime (with a tzinfo)")
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def job_context() -> JobContext:

@@ -39,6 +39,7 @@ from pyjobq.rows import (
     CountRow,
     Dependency,
     Enqueued,
+    Event,
     EventWait,
     FailOutcome,
     Finish,
@@ -47,6 +48,7 @@ from pyjobq.rows import (
     Outcome,
     PruneEstimate,
     ReapedJob,
+    RecordedStep,
     Release,
     Renewal,
     Step,
@@ -478,6 +480,15 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         """``job_attempts``: the story of a job's attempts, in order (each that ended otherwise
         than done, its last 25, then the one running or done)."""
         return await self._rows(Attempt, statements.ATTEMPTS, (job_id,))
+
+    async def step_list(self, job_id: UUID) -> list[RecordedStep]:
+        """``job_step_list``: the steps recorded for a job, in the order they were saved, with
+        the attempt and worker that recorded each (for anyone who may read the job)."""
+        return await self._rows(RecordedStep, statements.STEP_LIST, (job_id,))
+
+    async def event_list(self, job_id: UUID) -> list[Event]:
+        """``job_event_list``: what a job waits for and what was sent to it, by event name."""
+        return await self._rows(Event, statements.EVENT_LIST, (job_id,))
 
     async def dependencies(self, job_id: UUID) -> list[Dependency]:
         """``job_dependencies``: the parents of ``job_id`` (in the order its enqueue named them)

@@ -323,6 +323,32 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedStep:
+    """A row of ``job_step_list``: a step of a job, the attempt and worker that recorded it,
+    when, and its result (any JSON)."""
+
+    name: str
+    attempt: int
+    worker_id: str
+    saved_at: datetime
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A row of ``job_event_list``: an event of a job by name and its ``state``: ``waiting``
+    (neither its signal nor its timeout yet), ``signalled``, ``timed_out``, or ``sent``
+    (signalled, not waited for yet); when the first wait times out (``wait_until``), when the
+    signal came, and its payload."""
+
+    name: str
+    state: str
+    wait_until: datetime | None
+    signalled_at: datetime | None
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary:
     """A row of ``job_list``: a job without its payload and result (``job_get`` has them)."""
 

@@ -119,6 +119,12 @@ ATTEMPTS: LiteralString = (
     "select attempt, worker_id, started_at, ended_at, outcome, error_summary, error"
     " from pyjobq.job_attempts(%s::uuid)"
 )
+STEP_LIST: LiteralString = (
+    "select name, attempt, worker_id, saved_at, result from pyjobq.job_step_list(%s::uuid)"
+)
+EVENT_LIST: LiteralString = (
+    "select name, state, wait_until, signalled_at, payload from pyjobq.job_event_list(%s::uuid)"
+)
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"

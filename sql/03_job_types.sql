@@ -337,6 +337,30 @@ comment on function pyjobq._check_privilege(text, int[]) is
   'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on one of the job '
   'types p_job_types.';
 
+-- A read of one job by id (job_get and the reads beside it): 22004 for a
+-- null id, 42501 when its type grants observe to roles the caller is not in.
+-- A job that does not exist passes: the read returns no rows.
+create function pyjobq._check_observe(p_job_id uuid)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
+                                                    where j.job_id = p_job_id));
+end;
+$$;
+
+comment on function pyjobq._check_observe(uuid) is
+  'Raises 22004 for a null p_job_id and 42501 when the session''s role may not observe the job''s type; a job '
+  'that does not exist passes.';
+
 create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
 returns boolean
 language plpgsql

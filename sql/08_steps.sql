@@ -124,6 +124,30 @@ comment on function pyjobq.job_steps(uuid, text, int, uuid) is
   'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
   'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
 
+-- The steps for people watching (the dashboard, pyjobq show): who recorded
+-- each and when, whatever the job's state.
+create function pyjobq.job_step_list(p_job_id uuid)
+returns table (name text, attempt int, worker_id text, saved_at timestamptz, result jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_observe(p_job_id);
+  return query
+  select s.name::text, s.attempt::int, s.worker_id::text, s.saved_at, s.result
+    from pyjobq.job_step s
+   where s.job_id = p_job_id
+   order by s.saved_at, s.name;
+end;
+$$;
+
+comment on function pyjobq.job_step_list(uuid) is
+  'The steps recorded for job p_job_id (job_step_save), in the order they were saved: name, the attempt and '
+  'worker that recorded each, when, and its result; for callers that may observe the job''s type (its holder '
+  'reads them with job_steps). No rows for a job without steps or that does not exist.';
+
 -- What a handler reports of its progress while it runs, for people watching
 -- (job_get, the dashboard): its latest report only, in the job's row, whose
 -- update stays within its page (no index covers the column).

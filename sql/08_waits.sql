@@ -147,3 +147,34 @@ comment on function pyjobq.job_signal(uuid, text, jsonb) is
   'caller may enqueue: a job waiting for it (job_event_wait) is due at once, and one that waits for it later '
   'gets it then. Returns true, or false when the job already had this event (a signal is delivered once; the '
   'first payload stays). Raises JQ002 for no such job and JQ003 for a job that has ended.';
+
+-- What a job waits for, and what was sent to it, for people watching.
+create function pyjobq.job_event_list(p_job_id uuid)
+returns table (name text, state text, wait_until timestamptz, signalled_at timestamptz, payload jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_observe(p_job_id);
+  return query
+  select e.name::text,
+         case when e.signalled_at is not null and e.wait_until is null then 'sent'
+              when e.signalled_at is not null then 'signalled'
+              when e.wait_until <= v_now then 'timed_out'
+              else 'waiting' end,
+         e.wait_until, e.signalled_at, e.payload
+    from pyjobq.job_event e
+   where e.job_id = p_job_id
+   order by e.name;
+end;
+$$;
+
+comment on function pyjobq.job_event_list(uuid) is
+  'The events of job p_job_id by name, each waited for (job_event_wait) or sent (job_signal), with its state: '
+  'waiting (neither its signal nor its timeout yet), signalled, timed_out, or sent (signalled, not waited for '
+  'yet); when the first wait times out, when the signal came, and its payload. For callers that may observe '
+  'the job''s type; no rows for a job without events or that does not exist.';

@@ -78,13 +78,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the job_id that job_enqueue returned.';
-  end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
-                                                    where j.job_id = p_job_id));
+  perform pyjobq._check_observe(p_job_id);
   return query
   select s.attempt, s.worker_id, s.started_at, s.ended_at, s.outcome, pyjobq._error_summary(s.error), s.error
     from (select a.attempt::int, a.worker_id::text, a.started_at, a.ended_at, a.outcome, a.error

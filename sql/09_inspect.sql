@@ -220,12 +220,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the job_id that job_enqueue returned.';
-  end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
+  perform pyjobq._check_observe(p_job_id);
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,

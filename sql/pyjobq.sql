@@ -169,7 +169,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 57
+  select 58
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -1365,6 +1365,30 @@ $$;
 comment on function pyjobq._check_privilege(text, int[]) is
   'Raises 42501 when the session''s role does not hold p_privilege (enqueue, work, observe) on one of the job '
   'types p_job_types.';
+
+-- A read of one job by id (job_get and the reads beside it): 22004 for a
+-- null id, 42501 when its type grants observe to roles the caller is not in.
+-- A job that does not exist passes: the read returns no rows.
+create function pyjobq._check_observe(p_job_id uuid)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null'
+      using errcode = '22004',
+            hint = 'Pass the job_id that job_enqueue returned.';
+  end if;
+  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
+                                                    where j.job_id = p_job_id));
+end;
+$$;
+
+comment on function pyjobq._check_observe(uuid) is
+  'Raises 22004 for a null p_job_id and 42501 when the session''s role may not observe the job''s type; a job '
+  'that does not exist passes.';
 
 create function pyjobq.job_type_grant(p_job_type int, p_role text, p_privilege text)
 returns boolean
@@ -4338,6 +4362,30 @@ comment on function pyjobq.job_steps(uuid, text, int, uuid) is
   'The steps recorded for job p_job_id (job_step_save), in the order they were saved, if p_worker_id holds '
   'attempt p_attempt of it with lease token p_lease_token; raises as job_step_save does when it does not.';
 
+-- The steps for people watching (the dashboard, pyjobq show): who recorded
+-- each and when, whatever the job's state.
+create function pyjobq.job_step_list(p_job_id uuid)
+returns table (name text, attempt int, worker_id text, saved_at timestamptz, result jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_observe(p_job_id);
+  return query
+  select s.name::text, s.attempt::int, s.worker_id::text, s.saved_at, s.result
+    from pyjobq.job_step s
+   where s.job_id = p_job_id
+   order by s.saved_at, s.name;
+end;
+$$;
+
+comment on function pyjobq.job_step_list(uuid) is
+  'The steps recorded for job p_job_id (job_step_save), in the order they were saved: name, the attempt and '
+  'worker that recorded each, when, and its result; for callers that may observe the job''s type (its holder '
+  'reads them with job_steps). No rows for a job without steps or that does not exist.';
+
 -- What a handler reports of its progress while it runs, for people watching
 -- (job_get, the dashboard): its latest report only, in the job's row, whose
 -- update stays within its page (no index covers the column).
@@ -4529,6 +4577,37 @@ comment on function pyjobq.job_signal(uuid, text, jsonb) is
   'gets it then. Returns true, or false when the job already had this event (a signal is delivered once; the '
   'first payload stays). Raises JQ002 for no such job and JQ003 for a job that has ended.';
 
+-- What a job waits for, and what was sent to it, for people watching.
+create function pyjobq.job_event_list(p_job_id uuid)
+returns table (name text, state text, wait_until timestamptz, signalled_at timestamptz, payload jsonb)
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+begin
+  perform pyjobq._check_observe(p_job_id);
+  return query
+  select e.name::text,
+         case when e.signalled_at is not null and e.wait_until is null then 'sent'
+              when e.signalled_at is not null then 'signalled'
+              when e.wait_until <= v_now then 'timed_out'
+              else 'waiting' end,
+         e.wait_until, e.signalled_at, e.payload
+    from pyjobq.job_event e
+   where e.job_id = p_job_id
+   order by e.name;
+end;
+$$;
+
+comment on function pyjobq.job_event_list(uuid) is
+  'The events of job p_job_id by name, each waited for (job_event_wait) or sent (job_signal), with its state: '
+  'waiting (neither its signal nor its timeout yet), signalled, timed_out, or sent (signalled, not waited for '
+  'yet); when the first wait times out, when the signal came, and its payload. For callers that may observe '
+  'the job''s type; no rows for a job without events or that does not exist.';
+
 -- Attempts --------------------------------------------------------------------
 
 -- The story of a job's attempts: each that ended otherwise than done (failed,
@@ -4609,13 +4688,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the job_id that job_enqueue returned.';
-  end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j
-                                                    where j.job_id = p_job_id));
+  perform pyjobq._check_observe(p_job_id);
   return query
   select s.attempt, s.worker_id, s.started_at, s.ended_at, s.outcome, pyjobq._error_summary(s.error), s.error
     from (select a.attempt::int, a.worker_id::text, a.started_at, a.ended_at, a.outcome, a.error
@@ -4861,12 +4934,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the job_id that job_enqueue returned.';
-  end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
+  perform pyjobq._check_observe(p_job_id);
   -- No job is an empty result, not an error: a pruned job is simply gone.
   return query
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
@@ -6851,12 +6919,7 @@ security definer
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
 begin
-  if p_job_id is null then
-    raise exception 'p_job_id must not be null'
-      using errcode = '22004',
-            hint = 'Pass the job_id that job_enqueue returned.';
-  end if;
-  perform pyjobq._check_privilege('observe', array(select j.job_type::int from pyjobq.job_all j where j.job_id = p_job_id));
+  perform pyjobq._check_observe(p_job_id);
   return query
   select 'parent', e.parent_id, p.job_type::int, p.status::int, pyjobq._status_name(p.status), e.resolved
     from pyjobq.job_edge e
@@ -7831,6 +7894,10 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_get(uuid)',
    '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_attempts(uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_step_list(uuid)',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_event_list(uuid)',
    '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_dependencies(uuid)',
    '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),

@@ -486,6 +486,56 @@ def test_a_job_page_tells_each_attempt_and_the_progress_of_the_one_running(
         shoot(page, "attempts", tmp_path)
 
 
+def test_a_job_page_shows_its_steps_and_waits_and_sends_the_signal_it_waits_for(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{\"post\": 12}')")
+    ((attempt, token),) = conn.execute(
+        "select attempt, lease_token from pyjobq.job_claim('w-1', 1)"
+    ).fetchall()
+    conn.execute(
+        "select * from pyjobq.job_step_save(%s, 'w-1', %s, 'draft', '{\"words\": 640}', %s)",
+        (job_id, attempt, token),
+    )
+    waited = "select outcome from pyjobq.job_event_wait(%s, 'w-1', %s, 'approval', 86400, %s)"
+    assert one(conn, waited, (job_id, attempt, token)) == "waiting"
+    # Read-only, the page shows the wait and offers no signal; a forged one changes nothing.
+    with dashboard(login_role("pyjobq_admin")) as base:
+        page.goto(f"{base}/jobs/{job_id}")
+        assert page.locator("#events tr[data-event='approval']").inner_text().split("\t")[:2] == [
+            "approval",
+            "waiting",
+        ]
+        assert page.locator("#signal").count() == 0
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/jobs/{job_id}/signal", csrf=csrf, name="approval") == 403
+    assert one(conn, "select count(*) from pyjobq.job_event where signalled_at is not null") == 0
+    with dashboard(login_role("pyjobq_admin"), "--allow-actions") as base:
+        page.goto(f"{base}/jobs/{job_id}")
+        step = page.locator("#steps tr[data-step='draft']").inner_text().split("\t")
+        assert step[:3] == ["draft", "1", "w-1"]
+        assert json.loads(step[4]) == {"words": 640}
+        assert page.locator("#waits-for").inner_text() == "approval"
+        assert page.locator("#signal-name").input_value() == "approval"
+        page.fill("#signal-payload", '{"by": "ana"}')
+        shoot(page, "waits", tmp_path)
+        page.click("#signal-send")
+        playwright.expect(page.locator("#notice")).to_contain_text("approval sent")
+        row = page.locator("#events tr[data-event='approval']").inner_text().split("\t")
+        assert (row[1], json.loads(row[4])) == ("signalled", {"by": "ana"})
+        page.fill("#signal-name", "edits")
+        page.fill("#signal-payload", "{not json")
+        page.click("#signal-send")
+        assert "not JSON" in page.locator("#problem").inner_text()
+    assert one(
+        conn,
+        "select payload from pyjobq.job_event where job_id = %s and name = 'approval'",
+        (job_id,),
+    ) == {"by": "ana"}
+    # Due at once: the next claim takes it.
+    assert one(conn, "select job_id from pyjobq.job_claim('w-2', 1)") == job_id
+
+
 def test_a_page_under_another_name_gets_nothing(
     conn: Conn, login_role: Callable[..., str], chromium: Any
 ) -> None:

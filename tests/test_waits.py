@@ -335,3 +335,54 @@ def test_durable_sleeps_are_passed_once_over_and_a_signal_ends_one_early(
     results = dict(conn.execute("select job_id, result from pyjobq.job_all").fetchall())
     assert results == {slept: {"attempt": 3}, napping: {"attempt": 2}}
     assert ran == ["a", "b", "c"]
+
+
+def test_people_watching_read_a_job_s_events_and_steps(
+    conn: Conn, login_role: Callable[..., str]
+) -> None:
+    """``job_event_list`` tells each event's state (waiting, signalled, timed out, sent before a
+    wait) and ``job_step_list`` the steps with who recorded them, for whoever may observe the
+    job's type: a producer without the type's observe privilege, or a worker, is refused."""
+    freeze(conn, NOW)
+    q = JobQueue(conn)
+    job_id = q.enqueue(1, {}).job_id
+    job = held(q)
+    q.step_save(job.job_id, "w1", job.attempt, "draft", {"v": 1}, job.lease_token)
+    assert wait(q, job, "reply", 60).outcome == "waiting"
+    freeze(conn, NOW + timedelta(seconds=60))
+    job = held(q)
+    assert wait(q, job, "approval", 3600).outcome == "waiting"
+    assert q.signal(job_id, "approval", {"by": "ana"})
+    assert q.signal(job_id, "later", 7)
+    events = [(e.name, e.state, e.wait_until, e.payload) for e in q.event_list(job_id)]
+    assert events == [
+        ("approval", "signalled", NOW + timedelta(seconds=3660), {"by": "ana"}),
+        ("later", "sent", None, 7),
+        ("reply", "timed_out", NOW + timedelta(seconds=60), None),
+    ]
+    job = held(q)
+    assert wait(q, job, "never", 10).outcome == "waiting"
+    assert [e.state for e in q.event_list(job_id) if e.name == "never"] == ["waiting"]
+    steps = [(s.name, s.attempt, s.worker_id, s.result) for s in q.step_list(job_id)]
+    assert steps == [("draft", 1, "w1", {"v": 1})]
+    assert q.event_list(uuid4()) == []
+    with raises_sqlstate("22004"):
+        conn.execute("select * from pyjobq.job_step_list(null)")
+    name = f"watchers_{uuid4().hex[:8]}"
+    conn.execute(sql.SQL("create role {} nologin").format(sql.Identifier(name)))
+    try:
+        assert q.type_grant(1, name, "observe")
+        for read in ("job_event_list", "job_step_list"):
+            statement = sql.SQL("select count(*) from pyjobq.{}(%s)").format(sql.Identifier(read))
+            for role in ("pyjobq_producer", "pyjobq_worker"):
+                with (
+                    psycopg.connect(login_role(role), autocommit=True) as other,
+                    raises_sqlstate("42501"),
+                ):
+                    other.execute(statement, (job_id,))
+            with psycopg.connect(login_role("pyjobq_producer", name), autocommit=True) as member:
+                counted = member.execute(statement, (job_id,)).fetchone()
+                assert counted == ({"job_event_list": 4}.get(read, 1),)
+    finally:
+        conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))

@@ -20,16 +20,19 @@ FUNCTIONS = {
     "job_list": "int, int, text, timestamptz, timestamptz, boolean, uuid, int, text, uuid",
     "job_get": "uuid",
     "job_attempts": "uuid",
+    "job_step_list": "uuid",
+    "job_event_list": "uuid",
     "job_dependencies": "uuid",
     "job_batch_get": "uuid",
     "job_audit": "bigint, int",
     "job_schedules": "",
     "job_cancel": "uuid[]",
+    "job_signal": "uuid, text, jsonb",
     "job_redrive": "uuid[], int, int",
     "job_prune": "interval, int",
     "job_prune_estimate": "interval",
 }
-ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune"})
+ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune", "job_signal"})
 # What a hot standby cannot answer besides the actions: the per-minute counts are unlogged (they
 # cost no WAL per job), so only the primary has them.
 PRIMARY_ONLY = ACTIONS | {"job_throughput", "job_workers", "job_prune_estimate"}

@@ -145,6 +145,8 @@ async def job(request: Request) -> Response:
         return problem(request, 404, f"no job {job_id} (never enqueued, or pruned)")
     graph = await board.queue.dependencies(job_id) if board.may("job_dependencies") else []
     story = await board.queue.attempts(job_id) if board.may("job_attempts") else []
+    steps = await board.queue.step_list(job_id) if board.may("job_step_list") else []
+    events = await board.queue.event_list(job_id) if board.may("job_event_list") else []
     batch = (
         await board.queue.get_batch(found.batch_id)
         if found.batch_id is not None and board.may("job_batch_get")
@@ -157,6 +159,9 @@ async def job(request: Request) -> Response:
         payload=json.dumps(found.payload, indent=2, sort_keys=True),
         result=None if found.result is None else json.dumps(found.result, indent=2),
         attempts=story,
+        steps=steps,
+        events=events,
+        waiting_for=next((e.name for e in events if e.state == "waiting"), ""),
         parents=[d for d in graph if d.relation == "parent"],
         dependants=[d for d in graph if d.relation == "dependant"],
         type_names={t.job_type: t.name for t in await board.queue.types()} if graph else {},
@@ -243,6 +248,30 @@ async def job_action(request: Request) -> Response:
     acted(request, action, changed, job_id=str(job_id))
     verb = {"cancel": "cancelled", "redrive": "redriven"}[action]
     return back_to(f"/jobs/{job_id}", f"{verb}" if changed else f"not {verb}: nothing to do")
+
+
+async def job_signal(request: Request) -> Response:
+    """Send one job event ``name`` with the JSON ``payload`` (``job_signal``) from its page."""
+    fields = await form(request)
+    if (no := refused(request, fields, "job_signal")) is not None:
+        return no
+    try:
+        job_id = UUID(request.path_params["job_id"])
+    except ValueError:
+        return problem(request, 400, "not a job id")
+    name, text = fields.get("name", "").strip(), fields.get("payload", "").strip()
+    try:
+        payload = json.loads(text) if text else None
+    except json.JSONDecodeError as e:
+        return problem(request, 400, f"the payload is not JSON: {e}")
+    try:
+        sent = await dashboard(request).queue.signal(job_id, name, payload)
+    except PyjobqError as e:
+        return problem(request, 400, str(e))
+    acted(request, "signal", int(sent), job_id=str(job_id), event=name)
+    return back_to(
+        f"/jobs/{job_id}", f"{name} sent" if sent else f"not sent: {name} was sent before"
+    )
 
 
 async def bulk_preview(request: Request) -> Response:

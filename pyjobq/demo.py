@@ -7,9 +7,11 @@ record each (job, attempt) they ran in ``demo.effects``, whose primary key catch
 attempt run twice. OUTBOX jobs carry their customer as concurrency key, under a limit of
 ``OUTBOX_PER_CUSTOMER`` running at once, and a schedule fires every minute, its ticks counted
 from a minute ago so that the first is due at once. A small pipeline (``demo_pipeline``) runs
-beside them: parts, a merge that waits for them, and a batch callback. The summary checks every
-job finished exactly as expected, the limit held, each due tick fired once, the merge waited for
-its parts and the callback was enqueued once.
+beside them: parts, a merge that waits for them, and a batch callback; and two durable jobs
+(``demo_durable``): one waits for a signal, the other is checkpointed and its worker is the one
+killed. The summary checks every job finished exactly as expected, the limit held, each due tick
+fired once, the merge waited for its parts, the callback was enqueued once, the waiting job
+slept until its signal and the checkpointed one's steps each ran once.
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import click
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pyjobq import demo_durable
+from pyjobq.demo_crash import APP_NAME, Killed, kill_a_worker_mid_job
+from pyjobq.demo_durable import DSN_ENV, Durable
 from pyjobq.demo_pipeline import Pipeline, enqueue_pipeline, pipeline_checks, pipeline_finished
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
@@ -40,8 +44,6 @@ from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, JobType
 from pyjobq.worker import DeadLetter, Retry, WorkerConfig
 
-DSN_ENV = "PYJOBQ_DEMO_DSN"
-APP_NAME = "pyjobq-demo-worker"
 BATCH = 500
 # Each worker process: short leases and a quick reaper, so the killed worker's jobs come back
 # within seconds, and a short drain at the end.
@@ -158,7 +160,7 @@ async def outbox(job: ClaimedJob) -> Payload:
     return {"published": order_id}
 
 
-HANDLERS = {JobType.SEARCH: search, JobType.OUTBOX: outbox}
+HANDLERS = {JobType.SEARCH: search, JobType.OUTBOX: outbox, **demo_durable.HANDLERS}
 
 
 # -- the driver ----------------------------------------------------------------
@@ -246,6 +248,7 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
     orders = max(1, jobs // 2)
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(SCHEMA)
+    conn.execute(demo_durable.SCHEMA)
     q = JobQueue(conn)
     q.type_set_limits(JobType.OUTBOX, key_max_running=OUTBOX_PER_CUSTOMER)
     a_minute_ago = one_value(conn, "select now() - interval '1 minute'")
@@ -273,9 +276,14 @@ def _run(dsn: str, work_dir: Path, jobs: int, workers: int, concurrency: int, ki
         env = {**os.environ, DSN_ENV: dsn, "PGAPPNAME": f"{APP_NAME}-{n}"}
         procs.append(subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file))
     pipeline = enqueue_pipeline(conn)
+    # The checkpointed job's first attempt stops at the checkpoint gate until the crash.
+    checkpoint_gate = psycopg.connect(dsn)
+    checkpoint_gate.execute(demo_durable.CHECKPOINT_GATE)
+    durable = demo_durable.enqueue_durable(conn)
     try:
-        return _drive(conn, dsn, work_dir, procs, orders, kill, pipeline)
+        return _drive(conn, dsn, work_dir, procs, orders, kill, pipeline, durable, checkpoint_gate)
     finally:
+        checkpoint_gate.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -292,6 +300,8 @@ def _drive(
     orders: int,
     kill: bool,
     pipeline: Pipeline,
+    durable: Durable,
+    checkpoint_gate: psycopg.Connection[Any],
 ) -> bool:
     # Atomicity first: a batch whose transaction rolls back leaves neither orders nor jobs.
     with psycopg.connect(dsn) as tx:
@@ -309,6 +319,8 @@ def _drive(
             count = min(BATCH, orders - next_id + 1)
             # The crash comes with the batch that takes the run past 30% of its orders.
             crash = kill and killed is None and next_id + count - 1 >= orders * 0.3
+            if not kill and next_id + count - 1 >= orders * 0.3:
+                checkpoint_gate.rollback()  # no crash: the checkpointed job goes on
             with ExitStack() as gate_stack:
                 gate = gate_stack.enter_context(psycopg.connect(dsn)) if crash else None
                 if gate is not None:
@@ -317,14 +329,16 @@ def _drive(
                     enqueue_orders(tx, next_id, count)
                 next_id += count
                 if gate is not None:
-                    killed = kill_a_worker_mid_job(conn, gate, procs)
+                    killed = kill_a_worker_mid_job(conn, (gate, checkpoint_gate), procs, durable)
                     click.echo(
                         f"{'' if not tty else chr(10)}SIGKILLed worker pid {killed.pid} holding "
-                        f"{len(killed.job_ids)} jobs mid-run; its {LEASE_SECONDS}s leases will be "
-                        "reaped by the others"
+                        f"{len(killed.job_ids)} jobs mid-run, the checkpointed one at step "
+                        f"{demo_durable.STOP_AT}; its {LEASE_SECONDS}s leases will be reaped by "
+                        "the others"
                     )
         else:
             time.sleep(0.2)
+        demo_durable.approve_when_waiting(conn, durable)
         tally = status_tally(conn)
         finished = tally["done"] + tally["dead"]
         now = time.monotonic()
@@ -343,6 +357,7 @@ def _drive(
             and finished == total
             and schedule_ran(conn)
             and pipeline_finished(conn, pipeline)
+            and demo_durable.durable_finished(conn, durable)
         ):
             finished_at = now
             break
@@ -358,64 +373,7 @@ def _drive(
     for p in procs:
         p.wait(timeout=30)
     metrics = [json.loads(f.read_text()) for f in sorted(work_dir.glob("metrics-*.json"))]
-    return _summarise(conn, metrics, orders, elapsed, killed, kill, pipeline)
-
-
-@dataclass(frozen=True)
-class Killed:
-    """The worker process the demo SIGKILLed, and the leases it held once its sessions had ended."""
-
-    pid: int
-    job_ids: list[UUID]
-    attempts: list[int]
-
-
-def kill_a_worker_mid_job(
-    conn: psycopg.Connection[Any],
-    gate: psycopg.Connection[Any],
-    procs: list[subprocess.Popen[bytes]],
-) -> Killed:
-    """SIGKILL a worker process while one of its handlers is mid-job; return what it held.
-
-    ``gate`` holds ``GATE``, so every handler stops at its first write: the process to kill is
-    one whose session waits on that lock, certainly holding a job it cannot finish. The lock is
-    released after the kill, and the process's leases are read once all of its sessions have
-    ended: until then a completion it sent just before dying can still commit, and that job
-    ends DONE without a reap. Worker ids are ``host:pid:random``, so they name the process.
-    """
-    by_app = {f"{APP_NAME}-{n}": p for n, p in enumerate(procs)}
-    waiting = (
-        "select application_name from pg_stat_activity"
-        " where %s = any(pg_blocking_pids(pid)) and application_name = any(%s)"
-        " order by application_name limit 1"
-    )
-    (app_name,) = _poll(
-        conn, waiting, (gate.info.backend_pid, list(by_app)), "a handler waiting on the lock"
-    )
-    victim = by_app[app_name]
-    victim.kill()
-    victim.wait()
-    gate.rollback()
-    left = "select 1 where not exists (select from pg_stat_activity where application_name = %s)"
-    _poll(conn, left, (app_name,), f"the killed worker's sessions ({app_name}) to end")
-    rows = conn.execute(
-        "select job_id, attempts, worker_id from pyjobq.job where status = 2"
-    ).fetchall()
-    held = [(job_id, attempt) for job_id, attempt, worker in rows
-            if int(worker.split(":")[-2]) == victim.pid]  # fmt: skip
-    return Killed(victim.pid, [j for j, _ in held], [a for _, a in held])
-
-
-def _poll(
-    conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...], what: str
-) -> tuple[Any, ...]:
-    """The first row ``query`` returns, asked again every 10 ms for up to 30 s."""
-    deadline = time.monotonic() + 30
-    while (row := conn.execute(query, params).fetchone()) is None:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"waited 30 s for {what}")
-        time.sleep(0.01)
-    return tuple(row)
+    return _summarise(conn, metrics, orders, elapsed, killed, kill, pipeline, durable)
 
 
 def one_value(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] = ()) -> Any:
@@ -470,6 +428,7 @@ def _summarise(
     killed: Killed | None,
     kill: bool,
     pipeline: Pipeline,
+    durable: Durable,
 ) -> bool:
     total = 2 * orders
 
@@ -516,6 +475,9 @@ def _summarise(
     ).fetchone() or (0, 0)
     most_at_once = most_at_once_per_customer(conn)
     pipeline_line, pipeline_ok, pipeline_done = pipeline_checks(conn, pipeline)
+    durable_lines, durable_ok, durable_done = demo_durable.durable_checks(
+        conn, durable, killed is not None
+    )
     reaped = sum(m["reaped"] for m in metrics)
     completed = sum(m["completed"] for m in metrics)
     round_trips = sum(m["round_trips"] for m in metrics)
@@ -526,7 +488,7 @@ def _summarise(
         (duplicates == 0, "no (job, attempt) ran twice"),
         (missing_effect == 0, "every DONE job's final attempt ran its handler"),
         (
-            completed <= tally["done"] + fired_done + pipeline_done,
+            completed <= tally["done"] + fired_done + pipeline_done + durable_done,
             "no job completed twice (completions <= DONE rows)",
         ),
         (rolled_back == 0 and rolled_back_jobs == 0, "rolled-back batch left no orders, no jobs"),
@@ -536,7 +498,7 @@ def _summarise(
         ),
         (fired == fired_done > 0, f"schedule {SCHEDULE!r} fired, one job per due tick, all DONE"),
     ]
-    checks += pipeline_ok
+    checks += pipeline_ok + durable_ok
     if kill:
         checks.append((killed is not None, "a worker was SIGKILLed while holding leases"))
     if killed is not None:
@@ -577,6 +539,8 @@ def _summarise(
         f" at most {most_at_once} ran at once"
     )
     click.echo(pipeline_line)
+    for line in durable_lines:
+        click.echo(line)
     if finished_by_survivors:
         per_job = round_trips / finished_by_survivors
         click.echo(f"round trips/job   {per_job:.3f} (surviving workers)")

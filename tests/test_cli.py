@@ -237,6 +237,13 @@ def test_demo_completes_and_verifies_on_a_throwaway_server() -> None:
     assert f"pipeline          {pipeline}" in lines
     assert "  ok   the merge ran after its 4 parts ended DONE" in lines
     assert "  ok   the batch finished and its callback was enqueued once" in lines
+    assert "approval          waited (waiting -> done), approved by the demo" in lines
+    checkpointed = "10 steps, attempt 2: steps 1-4 recorded by attempt 1, 5-10 by attempt 2"
+    assert f"checkpointed job  {checkpointed}" in lines
+    assert (
+        "  ok   the checkpointed job's 10 steps each wrote once; after its worker's SIGKILL,"
+        " the next attempt reused the recorded steps"
+    ) in lines
 
 
 @pytest.mark.slow

@@ -4,11 +4,13 @@ Each run records (job_id, attempt, pid) in the test database's ``effects`` table
 primary key makes a second run of the same attempt fail loudly; ``payload.sleep`` makes
 the job take that many seconds, ``payload.fail`` makes it raise after recording. Type 2 runs
 until the job is cancelled (at most a minute) and records it when it sees the cancel, with the
-attempt negated. ``STEP_HANDLERS`` runs type 3, a job of ten checkpointed steps (``ten_steps``).
+attempt negated. ``STEP_HANDLERS`` runs type 3, a job of ten checkpointed steps (``ten_steps``),
+and ``WAIT_HANDLERS`` type 4, a job that waits for its event ``go`` (``await_go``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -18,7 +20,7 @@ import psycopg
 
 from pyjobq.params import Payload
 from pyjobq.rows import ClaimedJob
-from pyjobq.worker import is_cancelled, job_context
+from pyjobq.worker import WaitTimedOut, is_cancelled, job_context
 
 DSN_ENV = "PYJOBQ_TEST_DSN"
 
@@ -94,3 +96,20 @@ async def ten_steps(job: ClaimedJob) -> Payload:
 
 
 STEP_HANDLERS = {3: ten_steps}
+
+
+async def await_go(job: ClaimedJob) -> Payload:
+    """Waits for event ``go`` (its timeout in ``payload.timeout``) and returns how the wait
+    ended. It holds the job a moment before and after, so that a kill can land on it."""
+    await asyncio.sleep(0.05)
+    try:
+        got = await job_context().wait_for("go", timeout=job.payload["timeout"])
+    except WaitTimedOut:
+        outcome: Payload = {"outcome": "timed_out"}
+    else:
+        outcome = {"outcome": "signalled", "payload": got}
+    await asyncio.sleep(0.05)
+    return outcome
+
+
+WAIT_HANDLERS = {4: await_go}

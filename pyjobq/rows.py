@@ -275,7 +275,9 @@ class JobInfo:
     """The row of ``job_get``: one job with everything a person needs to see what happened.
 
     ``lease_until`` is set while RUNNING, ``finished_at`` once DONE or DEAD; ``snoozes`` and
-    ``progress`` (the handler's last report) while the job is yet to end.
+    ``progress`` (the handler's last report) while the job is yet to end. ``attempts`` counts
+    every claim of the job, ``tries`` those that spent its budget of ``max_attempts`` (since its
+    last redrive, less any given back by a release, a snooze or a wait).
     """
 
     job_id: UUID
@@ -302,6 +304,7 @@ class JobInfo:
     batch_id: UUID | None = None
     snoozes: int | None = None
     progress: dict[str, Any] | None = None
+    tries: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))
@@ -350,7 +353,8 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class JobSummary:
-    """A row of ``job_list``: a job without its payload and result (``job_get`` has them)."""
+    """A row of ``job_list``: a job without its payload and result (``job_get`` has them), with
+    its ``tries`` (as in :class:`JobInfo`) and its last error's last line (``error_summary``)."""
 
     job_id: UUID
     job_type: int
@@ -366,6 +370,8 @@ class JobSummary:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    tries: int | None = None
+    error_summary: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

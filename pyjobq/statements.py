@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from typing import LiteralString
 
+# A run_after given as a delay is counted from the database's clock, here: the due time is
+# "case when DELAY is not null then clock_now() + DELAY else RUN_AFTER end" (params.due).
+DUE: LiteralString = (
+    "case when %s::interval is not null then pyjobq.clock_now() + %s::interval"
+    " else %s::timestamptz end"
+)
 ENQUEUE: LiteralString = (
-    "select job_id, created from pyjobq.job_enqueue("
-    "%s::int, %s::jsonb, %s::int, %s::timestamptz, %s::text, %s::int, %s::interval, %s::text,"
-    " %s::jsonb, %s::uuid[], %s::text, %s::uuid)"
+    "select job_id, created from pyjobq.job_enqueue(%s::int, %s::jsonb, %s::int, "
+    + DUE
+    + ", %s::text, %s::int, %s::interval, %s::text, %s::jsonb, %s::uuid[], %s::text, %s::uuid)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
@@ -22,7 +28,7 @@ ENQUEUE: LiteralString = (
 ENQUEUE_MANY: LiteralString = (
     "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
-    " %s::text[], %s::int, %s::timestamptz, %s::int, %s::interval, %s::text[], %s::jsonb,"
+    " %s::text[], %s::int, " + DUE + ", %s::int, %s::interval, %s::text[], %s::jsonb,"
     " (select array_agg(d order by i)"
     " from jsonb_array_elements(%s::jsonb) with ordinality as a(d, i)),"
     " %s::text, %s::uuid)"
@@ -113,7 +119,7 @@ GET: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
     " max_attempts, payload, result, last_error, dedupe_key, run_after, lease_until, worker_id,"
     " run_started_at, finished_at, created_at, updated_at, metadata, waiting_on, batch_id,"
-    " snoozes, progress from pyjobq.job_get(%s::uuid)"
+    " snoozes, progress, tries from pyjobq.job_get(%s::uuid)"
 )
 ATTEMPTS: LiteralString = (
     "select attempt, worker_id, started_at, ended_at, outcome, error_summary, error"
@@ -127,9 +133,9 @@ EVENT_LIST: LiteralString = (
 )
 LIST: LiteralString = (
     "select job_id, job_type, job_type_name, status, status_name, priority, attempts,"
-    " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at"
-    " from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz, %s::timestamptz,"
-    " %s::boolean, %s::uuid, %s::int, %s::text, %s::uuid)"
+    " max_attempts, dedupe_key, run_after, worker_id, last_error, created_at, updated_at,"
+    " tries, error_summary from pyjobq.job_list(%s::int, %s::int, %s::text, %s::timestamptz,"
+    " %s::timestamptz, %s::boolean, %s::uuid, %s::int, %s::text, %s::uuid)"
 )
 DEPENDENCIES: LiteralString = (
     "select relation, job_id, job_type, status, status_name, resolved"

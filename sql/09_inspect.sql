@@ -212,7 +212,8 @@ returns table (
   waiting_on int,
   batch_id uuid,
   snoozes int,
-  progress jsonb
+  progress jsonb,
+  tries int
 )
 language plpgsql
 stable
@@ -228,7 +229,7 @@ begin
          j.priority::int, j.attempts::int, j.max_attempts::int, j.payload, j.result, j.last_error,
          j.dedupe_key::text, j.run_after, j.lease_until, j.worker_id::text, j.run_started_at,
          case when j.status in (3, 4, 5) then j.updated_at end, j.created_at, j.updated_at, j.metadata,
-         j.waiting_on, j.batch_id, a.snoozes::int, a.progress
+         j.waiting_on, j.batch_id, a.snoozes::int, a.progress, (j.attempts - j.attempts_refunded)::int
     from pyjobq.job_all j
     join pyjobq.job_type t on t.job_type = j.job_type
     -- What only a job yet to end keeps.
@@ -243,7 +244,9 @@ comment on function pyjobq.job_get(uuid) is
   '(run_started_at) and when it ended (DONE, DEAD or CANCELLED), the metadata of its enqueue, how many parents it '
   'still waits for (waiting_on; null without parents: job_dependencies lists them), its batch, and, while it is '
   'yet to end, how many times it snoozed and the progress its handler last reported (job_progress; null once it '
-  'ended). No row when there is no such job (never enqueued, or pruned).';
+  'ended), and the tries it spent of max_attempts (tries: attempts counts every claim since it was enqueued, '
+  'tries those since its last redrive, less the ones given back by a release, a snooze or a wait). No row when '
+  'there is no such job (never enqueued, or pruned).';
 
 -- The smallest id _new_job_ids gives a job created at p_at: ids are
 -- time-ordered, so a creation range is an id range of job_pkey.
@@ -295,6 +298,28 @@ comment on function pyjobq._list_range(timestamptz, timestamptz, boolean, uuid) 
   'The range of job ids [from_id, to_id) a page of job_list reads: created after p_created_after and before '
   'p_created_before (checked: 22023), and past p_after in the order asked for (p_oldest_first).';
 
+-- job_list's filters checked, in this order; a null p_status or p_job_type is
+-- every one.
+create function pyjobq._check_list_args(p_limit int, p_status int, p_job_type int, p_dedupe_key text,
+                                        p_error text)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  perform pyjobq._check_range('p_limit', p_limit, 1, 1000),
+          pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6),
+          case when p_job_type is not null then pyjobq._check_job_type(p_job_type) end,
+          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
+          pyjobq._check_text('p_error', p_error, 200, true);
+end;
+$$;
+
+comment on function pyjobq._check_list_args(int, int, int, text, text) is
+  'Raises 22004/22023 for a job_list argument out of its range: p_limit 1..1000, p_status 1..6, p_job_type a '
+  'registered type, p_dedupe_key and p_error at most 200 characters.';
+
 create function pyjobq.job_list(
   p_job_type int default null,
   p_status int default null,
@@ -321,7 +346,9 @@ returns table (
   worker_id text,
   last_error text,
   created_at timestamptz,
-  updated_at timestamptz
+  updated_at timestamptz,
+  tries int,
+  error_summary text
 )
 language plpgsql
 stable
@@ -340,12 +367,7 @@ declare
   v_to uuid;
   v_denied smallint[] := pyjobq._denied_types('observe');
 begin
-  -- The checks in one statement, in this order; a null p_status or p_job_type is every one.
-  perform pyjobq._check_range('p_limit', v_limit, 1, 1000),
-          pyjobq._check_range('p_status', coalesce(p_status, 1), 1, 6),
-          case when p_job_type is not null then pyjobq._check_job_type(p_job_type) end,
-          pyjobq._check_text('p_dedupe_key', p_dedupe_key, 200, true),
-          pyjobq._check_text('p_error', p_error, 200, true);
+  perform pyjobq._check_list_args(v_limit, p_status, p_job_type, p_dedupe_key, p_error);
   select r.from_id, r.to_id
     into v_from, v_to
     from pyjobq._list_range(p_created_after, p_created_before, v_oldest, p_after) r;
@@ -408,7 +430,8 @@ begin
   select j.job_id, j.job_type::int, t.name::text, j.status::int,
          pyjobq._status_name(j.status),
          j.priority::int, j.attempts::int, j.max_attempts::int, j.dedupe_key::text, j.run_after,
-         j.worker_id::text, j.last_error, j.created_at, j.updated_at
+         j.worker_id::text, j.last_error, j.created_at, j.updated_at,
+         (j.attempts - j.attempts_refunded)::int, pyjobq._error_summary(j.last_error)
     from page p
     join pyjobq.job_all j on j.job_id = p.job_id
     join pyjobq.job_type t on t.job_type = j.job_type
@@ -421,8 +444,9 @@ comment on function pyjobq.job_list(int, int, text, timestamptz, timestamptz, bo
   'type, status (1..6), dedupe key, creation time [p_created_after, p_created_before), batch (p_batch_id) and text in last_error '
   '(p_error, any case; read row by row, so give a status other than DONE or a creation range to keep it '
   'short on a long history). Keyset pages: pass the '
-  'last job_id of a page as p_after for the next. Without payload and result (job_get has them); only the types '
-  'the caller may observe.';
+  'last job_id of a page as p_after for the next. Without payload and result (job_get has them), with the tries '
+  'spent of max_attempts (as job_get) and the last line of last_error (error_summary); only the types the caller '
+  'may observe.';
 
 create function pyjobq.job_cancel(p_job_ids uuid[])
 returns table (job_id uuid, outcome text)

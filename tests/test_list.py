@@ -131,3 +131,30 @@ def test_the_command_line_shows_the_exception_line_of_a_traceback(dsn: str, conn
     shown = CliRunner().invoke(main, ["jobs", "--dsn", dsn, "--status", "dead"])
     assert shown.exit_code == 0, shown.output
     assert shown.output.rstrip().endswith("RuntimeError: boom")
+
+
+def test_a_redriven_job_tells_the_tries_of_its_budget_apart_from_its_claims(
+    dsn: str, conn: Conn
+) -> None:
+    """After a redrive, attempts (the claim counter, the fencing token) goes on and the budget
+    starts again: job_list and job_get say the tries spent of max_attempts (1/2, not 3/2), and
+    job_list the error's last line; `pyjobq jobs` shows both."""
+    q = JobQueue(conn)
+    job_id = q.enqueue(JobType.SEARCH, {}, max_attempts=2).job_id
+    traceback = 'Traceback (most recent call last):\n  File "h.py", line 3\nRuntimeError: {}\n'
+    for n in range(2):
+        (claimed,) = q.claim("w1", 1)
+        q.fail(job_id, "w1", claimed.attempt, traceback.format(n), 0)
+    assert q.redrive([job_id]) == [job_id]
+    (claimed,) = q.claim("w1", 1)
+    q.fail(job_id, "w1", claimed.attempt, traceback.format("after the redrive"), 60)
+    (listed,) = q.list_jobs(job_type=JobType.SEARCH)
+    got = q.get(job_id)
+    assert got is not None
+    assert (listed.attempts, listed.tries, listed.max_attempts) == (3, 1, 2)
+    assert (got.attempts, got.tries) == (3, 1)
+    assert listed.error_summary == "RuntimeError: after the redrive"
+    shown = CliRunner().invoke(main, ["jobs", "--dsn", dsn])
+    assert shown.exit_code == 0, shown.output
+    assert " 1/2 " in shown.output
+    assert shown.output.rstrip().endswith("RuntimeError: after the redrive")

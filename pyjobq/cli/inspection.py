@@ -153,9 +153,7 @@ def jobs(
         if as_json:
             click.echo(json.dumps(dataclasses.asdict(r), default=str))
             continue
-        # The last line: a handler's traceback ends with the exception and its message.
-        error = [line for line in (r.last_error or "").splitlines() if line.strip()][-1:]
         click.echo(
-            f"{r.job_id}  {r.job_type_name:<12} {r.status_name:<9} {r.attempts}/{r.max_attempts}"
-            f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {error[0] if error else ''}".rstrip()
+            f"{r.job_id}  {r.job_type_name:<12} {r.status_name:<9} {r.tries}/{r.max_attempts}"
+            f"  {r.created_at:%Y-%m-%d %H:%M:%S}  {r.error_summary or ''}".rstrip()
         )

@@ -536,6 +536,40 @@ def test_a_job_page_shows_its_steps_and_waits_and_sends_the_signal_it_waits_for(
     assert one(conn, "select job_id from pyjobq.job_claim('w-2', 1)") == job_id
 
 
+def test_the_jobs_list_takes_names_and_shows_each_error_s_last_line(
+    conn: Conn, login_role: Callable[..., str], page: Any
+) -> None:
+    """?status=dead&type=SEARCH filters as ?status=4&type=1 does (names as the CLI takes them),
+    and each error shows as its last line, a traceback as its exception; a name that is neither
+    is refused, naming what it may be."""
+    jobs = arrange(conn)
+    dead = {*jobs["timeouts"], *jobs["others"]}
+    with dashboard(login_role("pyjobq_admin")) as base:
+        shown = []
+        for query in ("status=dead&type=SEARCH", "status=4&type=1", "status=DEAD"):
+            page.goto(f"{base}/jobs?{query}")
+            shown.append(
+                {r.get_attribute("data-job") for r in page.locator("#jobs tbody tr").all()}
+            )
+        assert shown == [{str(j) for j in dead}] * 3
+        errors = {
+            r.get_attribute("data-job"): r.locator("td.error").inner_text()
+            for r in page.locator("#jobs tbody tr").all()
+        }
+        assert errors == {
+            **{str(j): "TimeoutError: upstream" for j in jobs["timeouts"]},
+            **{str(j): "ValueError: bad input" for j in jobs["others"]},
+        }
+        tries = {r.locator("td.num").inner_text() for r in page.locator("#jobs tbody tr").all()}
+        assert tries == {"1/1"}
+        page.goto(f"{base}/jobs?status=asleep")
+        assert "status must be 1 to 6 or a name (PENDING," in page.locator("#problem").inner_text()
+        page.goto(f"{base}/jobs?type=MAILS")
+        assert (
+            "a type's name (OUTBOX, SEARCH), not 'MAILS'" in page.locator("#problem").inner_text()
+        )
+
+
 def test_a_page_under_another_name_gets_nothing(
     conn: Conn, login_role: Callable[..., str], chromium: Any
 ) -> None:

@@ -18,13 +18,6 @@ class BadFilter(ValueError):
     """A filter field that does not parse; the message names it."""
 
 
-def _int(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise BadFilter(f"{name} must be a number, not {value!r}") from None
-
-
 def _uuid(name: str, value: str) -> UUID:
     try:
         return UUID(value)
@@ -41,6 +34,28 @@ def _time(name: str, value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _status(value: str) -> JobStatus:
+    """A status by code (1 to 6) or name (PENDING, DEAD, ...: any case)."""
+    named = JobStatus.__members__.get(value.upper())
+    if named is not None:
+        return named
+    if value.isdigit() and int(value) in JobStatus._value2member_map_:
+        return JobStatus(int(value))
+    names = ", ".join(JobStatus.__members__)
+    raise BadFilter(f"status must be 1 to {max(JobStatus)} or a name ({names}), not {value!r}")
+
+
+def _type(value: str, type_codes: Mapping[str, int]) -> int:
+    """A job type by code or by its registered name."""
+    if value in type_codes:
+        return type_codes[value]
+    try:
+        return int(value)
+    except ValueError:
+        names = ", ".join(sorted(type_codes)) or "none registered"
+        raise BadFilter(f"type must be a code or a type's name ({names}), not {value!r}") from None
+
+
 @dataclass(frozen=True)
 class JobFilter:
     """The arguments of ``job_list`` a person filters by; None is "any"."""
@@ -54,17 +69,13 @@ class JobFilter:
     batch: UUID | None = None
 
     @classmethod
-    def parse(cls, values: Mapping[str, str]) -> JobFilter:
-        """From query or form fields; empty fields are "any"."""
+    def parse(cls, values: Mapping[str, str], type_codes: Mapping[str, int]) -> JobFilter:
+        """From query or form fields; empty fields are "any". A type is its code or its name
+        (``type_codes``, the registered types), a status its code or its name (any case)."""
         given = {name: values[name].strip() for name in FIELDS if values.get(name, "").strip()}
-        status = given.get("status")
-        if status is not None:
-            code = _int("status", status)
-            if code not in JobStatus._value2member_map_:
-                raise BadFilter(f"status must be 1 to {max(JobStatus)}, not {code}")
         return cls(
-            type=_int("type", given["type"]) if "type" in given else None,
-            status=JobStatus(code) if status is not None else None,
+            type=_type(given["type"], type_codes) if "type" in given else None,
+            status=_status(given["status"]) if "status" in given else None,
             dedupe_key=given.get("dedupe_key"),
             created_after=_time("created_after", given["created_after"])
             if "created_after" in given

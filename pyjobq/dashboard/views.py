@@ -107,8 +107,9 @@ async def jobs(request: Request) -> Response:
     board = dashboard(request)
     if not board.may("job_list"):
         return problem(request, 403, f"role {board.role} may not list jobs (job_list)")
+    types = await board.queue.types()
     try:
-        flt = JobFilter.parse(request.query_params)
+        flt = JobFilter.parse(request.query_params, {t.name: t.job_type for t in types})
         after = UUID(request.query_params["after"]) if "after" in request.query_params else None
     except (BadFilter, ValueError) as e:
         return problem(request, 400, str(e))
@@ -116,7 +117,6 @@ async def jobs(request: Request) -> Response:
         page = await flt.list_jobs(board.queue, after=after, limit=PAGE_SIZE)
     except PyjobqError as e:
         return problem(request, 400, str(e))
-    types = await board.queue.types()
     more = flt.query(after=str(page[-1].job_id)) if len(page) == PAGE_SIZE else None
     return render(request, "jobs.html", filter=flt, jobs=page, types=types, next_query=more)
 
@@ -278,7 +278,10 @@ async def bulk_preview(request: Request) -> Response:
     board = dashboard(request)
     action = request.query_params.get("action", "")
     try:
-        preview = await bulk.preview(board.queue, action, JobFilter.parse(request.query_params))
+        named = {t.name: t.job_type for t in await board.queue.types()}
+        preview = await bulk.preview(
+            board.queue, action, JobFilter.parse(request.query_params, named)
+        )
     except (BadFilter, bulk.BadAction, PyjobqError) as e:
         return problem(request, 400, str(e))
     allowed = board.acts(f"job_{action}") and preview.count > 0

@@ -24,6 +24,7 @@ from pyjobq.errors import translated
 from pyjobq.params import (
     Parents,
     Payload,
+    due,
     jsonb,
     jsonb_array,
     jsonb_document,
@@ -75,7 +76,7 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         job_type: int | str,
         payload: Payload | None = None,
         priority: int | None = None,
-        run_after: datetime | None = None,
+        run_after: datetime | timedelta | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
@@ -94,13 +95,14 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         WAITING until they have all ended, then PENDING, its handler seeing their results in
         :attr:`ClaimedJob.parent_results`; a parent that ends DEAD or CANCELLED cancels it,
         unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``). With ``batch_id``
-        (:meth:`open_batch`) the job joins that open batch."""
+        (:meth:`open_batch`) the job joins that open batch. ``run_after`` is a time, or a
+        ``timedelta``: a delay from now on the database's clock."""
         code = await self._code(job_type)
         params = (
             code,
             jsonb(payload),
             priority,
-            run_after,
+            *due(run_after),
             dedupe_key,
             max_attempts,
             unique_for,
@@ -118,7 +120,7 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
         payloads: Sequence[Payload],
         dedupe_keys: Sequence[str | None] | None = None,
         priority: int | None = None,
-        run_after: datetime | None = None,
+        run_after: datetime | timedelta | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
@@ -144,7 +146,7 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
             jsonb_document(payloads),
             keys,
             priority,
-            run_after,
+            *due(run_after),
             max_attempts,
             unique_for,
             optional_list(concurrency_keys),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -27,6 +28,16 @@ def jsonb_array(values: Sequence[Payload | Jsonb | None] | None) -> list[Jsonb |
 def jsonb_document(values: Sequence[Payload]) -> Jsonb:
     """JSON objects as one ``jsonb`` array document (see ``statements.ENQUEUE_MANY``)."""
     return Jsonb(list(values))
+
+
+def due(
+    run_after: datetime | timedelta | None,
+) -> tuple[timedelta | None, timedelta | None, datetime | None]:
+    """The parameters of ``statements.DUE``: a delay (counted from the database's clock, not
+    this machine's), or a time, or neither (due now)."""
+    if isinstance(run_after, timedelta):
+        return run_after, run_after, None
+    return None, None, run_after
 
 
 def optional_list(values: Sequence[T] | None) -> list[T] | None:

@@ -17,6 +17,7 @@ from pyjobq.errors import translated
 from pyjobq.params import (
     Parents,
     Payload,
+    due,
     jsonb,
     jsonb_array,
     jsonb_document,
@@ -71,7 +72,7 @@ class JobQueue(Batches, QueueAdmin):
         job_type: int | str,
         payload: Payload | None = None,
         priority: int | None = None,
-        run_after: datetime | None = None,
+        run_after: datetime | timedelta | None = None,
         dedupe_key: str | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
@@ -90,13 +91,14 @@ class JobQueue(Batches, QueueAdmin):
         WAITING until they have all ended, then PENDING, its handler seeing their results in
         :attr:`ClaimedJob.parent_results`; a parent that ends DEAD or CANCELLED cancels it,
         unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``). With ``batch_id``
-        (:meth:`open_batch`) the job joins that open batch."""
+        (:meth:`open_batch`) the job joins that open batch. ``run_after`` is a time, or a
+        ``timedelta``: a delay from now on the database's clock."""
         code = self._code(job_type)
         params = (
             code,
             jsonb(payload),
             priority,
-            run_after,
+            *due(run_after),
             dedupe_key,
             max_attempts,
             unique_for,
@@ -114,7 +116,7 @@ class JobQueue(Batches, QueueAdmin):
         payloads: Sequence[Payload],
         dedupe_keys: Sequence[str | None] | None = None,
         priority: int | None = None,
-        run_after: datetime | None = None,
+        run_after: datetime | timedelta | None = None,
         max_attempts: int | None = None,
         unique_for: timedelta | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
@@ -140,7 +142,7 @@ class JobQueue(Batches, QueueAdmin):
             jsonb_document(payloads),
             keys,
             priority,
-            run_after,
+            *due(run_after),
             max_attempts,
             unique_for,
             optional_list(concurrency_keys),

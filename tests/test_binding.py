@@ -326,3 +326,21 @@ def test_get_shows_a_job_at_each_step_of_its_life(conn: Conn) -> None:
     assert dead is not None
     assert (dead.status, dead.last_error, dead.finished_at) == (JobStatus.DEAD, "smtp: 550", FROZEN)
     assert q.get(uuid4()) is None
+
+
+def test_run_after_as_a_delay_counts_from_the_database_clock(conn: Conn) -> None:
+    """``run_after=timedelta(...)`` is a delay from now on the database's clock (its frozen
+    test clock here, a year off this machine's); a time is taken as it is."""
+    freeze(conn, FROZEN)
+    q = JobQueue(conn)
+    later = q.enqueue(1, {}, run_after=timedelta(minutes=5)).job_id
+    (many,) = q.enqueue_many(1, [{}], run_after=timedelta(hours=2))
+    at = q.enqueue(1, {}, run_after=FROZEN + timedelta(days=1)).job_id
+    now = q.enqueue(1, {}).job_id
+    due = dict(conn.execute("select job_id, run_after from pyjobq.job").fetchall())
+    assert due == {
+        later: FROZEN + timedelta(minutes=5),
+        many.job_id: FROZEN + timedelta(hours=2),
+        at: FROZEN + timedelta(days=1),
+        now: FROZEN,
+    }

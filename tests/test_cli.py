@@ -312,11 +312,11 @@ def test_worker_log_lines_name_the_job_and_its_error(
         dsn=dsn,
         cwd=tmp_path,
     )
-    failed = [line for line in err.splitlines() if "job failed" in line]
+    failed = [line for line in err.splitlines() if f"job {job_id} failed on attempt 1" in line]
     assert len(failed) == 1, err
     if log_format == "json":
         entries = [json.loads(line) for line in err.splitlines()]
-        (entry,) = [e for e in entries if e["message"].startswith("job failed")]
+        (entry,) = [e for e in entries if " failed on attempt " in e["message"]]
         assert entry["job_id"] == str(job_id)
         assert (entry["job_type"], entry["attempt"], entry["level"]) == (1, 1, "WARNING")
         assert "no such index" in entry["error"]

@@ -120,7 +120,9 @@ def test_only_handled_types_are_claimed(dsn: str, db: Conn) -> None:
     ).fetchone() == (1,)
 
 
-def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, db: Conn) -> None:
+def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(
+    dsn: str, db: Conn, caplog: pytest.LogCaptureFixture
+) -> None:
     def handler(job: ClaimedJob) -> None:
         kind = job.payload["kind"]
         if kind == "retry" and job.attempt == 1:
@@ -130,6 +132,7 @@ def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, 
         if kind == "error":
             raise ValueError("broken payload")
 
+    caplog.set_level(logging.INFO, logger="pyjobq.worker")
     q = JobQueue(db)
     retry = q.enqueue(JobType.SEARCH, {"kind": "retry"}).job_id
     dead = q.enqueue(JobType.SEARCH, {"kind": "dead"}, max_attempts=5).job_id
@@ -152,6 +155,18 @@ def test_handler_exceptions_choose_retry_delay_dead_letter_or_backoff(dsn: str, 
     assert "ValueError" in last_error
     assert "in handler" in last_error
     assert (metrics.retried, metrics.dead, metrics.completed) == (2, 1, 1)
+    # Each failure is logged once, naming its job in the message: a planned retry at INFO, the
+    # failure that leaves the job DEAD at WARNING.
+    failures = {
+        (r.getMessage().split(" failed on attempt ")[0], r.levelname)
+        for r in caplog.records
+        if " failed on attempt " in r.getMessage()
+    }
+    assert failures == {
+        (f"job {retry}", "INFO"),
+        (f"job {dead}", "WARNING"),
+        (f"job {error}", "INFO"),
+    }
 
 
 class Statements(WorkerHooks):

@@ -172,8 +172,13 @@ class Outcomes:
             s.metrics.retried += 1
         s.hook(s.hooks.on_job_end, job, "dead" if dead else "retry", held.error)
         error = held.error
-        log.warning(
-            "job failed: %s",
+        # A planned retry is routine (INFO); the attempt that leaves the job DEAD is not. The
+        # message names the job, for a handler of the application's own logging setup.
+        log.log(
+            logging.WARNING if dead else logging.INFO,
+            "job %s failed on attempt %d: %s",
+            job.job_id,
+            job.attempt,
             "dead" if dead or row.run_after is None else f"retry at {row.run_after.isoformat()}",
             extra=s.extra(job, error=(str(error) or type(error).__name__) if error else None),
         )

@@ -91,6 +91,19 @@ class AsyncQueueAdmin(AsyncCalls):
         by default); the snooze past that makes it DEAD. Admins only."""
         await self._scalar(statements.TYPE_SET_SNOOZES, (await self._code(job_type), max_snoozes))
 
+    async def type_pause(self, job_type: int | str) -> bool:
+        """``job_type_pause``: no claim that starts from now on takes the type's jobs, which stay
+        PENDING (enqueues go on); the running ones finish. False when it was paused already.
+        Admins only; audited."""
+        paused: bool = await self._scalar(statements.TYPE_PAUSE, (await self._code(job_type),))
+        return paused
+
+    async def type_resume(self, job_type: int | str) -> bool:
+        """``job_type_resume``: claims take the type's jobs again, and the workers asleep are
+        told they are due. False when it was not paused. Admins only; audited."""
+        resumed: bool = await self._scalar(statements.TYPE_RESUME, (await self._code(job_type),))
+        return resumed
+
     async def type_set_limits(
         self,
         job_type: int | str,

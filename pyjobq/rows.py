@@ -388,8 +388,8 @@ class JobTypeInfo:
 @dataclass(frozen=True, slots=True)
 class TypePolicy:
     """A row of ``job_type_policies``: a type's retry policy, defaults filled in, whether its
-    DONE jobs are kept in the history (``keep_done``), and how many times a job may snooze
-    (``max_snoozes``)."""
+    DONE jobs are kept in the history (``keep_done``), how many times a job may snooze
+    (``max_snoozes``), and since when the type is paused (``paused_at``, None when it is not)."""
 
     job_type: int
     name: str
@@ -400,6 +400,7 @@ class TypePolicy:
     timeout_seconds: float
     keep_done: bool
     max_snoozes: int
+    paused_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

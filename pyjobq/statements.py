@@ -175,10 +175,13 @@ TYPE_SET_POLICY: LiteralString = (
 )
 TYPE_POLICIES: LiteralString = (
     "select job_type, name, max_attempts, backoff_base_seconds, backoff_cap_seconds,"
-    " backoff_jitter, timeout_seconds, keep_done, max_snoozes from pyjobq.job_type_policies()"
+    " backoff_jitter, timeout_seconds, keep_done, max_snoozes, paused_at"
+    " from pyjobq.job_type_policies()"
 )
 TYPE_SET_HISTORY: LiteralString = "select pyjobq.job_type_set_history(%s::int, %s::boolean)"
 TYPE_SET_SNOOZES: LiteralString = "select pyjobq.job_type_set_snoozes(%s::int, %s::int)"
+TYPE_PAUSE: LiteralString = "select pyjobq.job_type_pause(%s::int)"
+TYPE_RESUME: LiteralString = "select pyjobq.job_type_resume(%s::int)"
 TYPE_SET_LIMITS: LiteralString = (
     "select pyjobq.job_type_set_limits(%s::int, %s::int, %s::int, %s::int, %s::interval, %s::int,"
     " %s::interval, %s::boolean)"

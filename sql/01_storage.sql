@@ -146,7 +146,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 59
+  select 60
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -184,6 +184,8 @@ create table pyjobq.job_type (
   keep_done boolean not null default true,
   -- How many times a job of the type may snooze (job_type_set_snoozes).
   max_snoozes int not null default 1000,
+  -- Since when the type is paused (job_type_pause): no claim takes its jobs.
+  paused_at timestamptz,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),

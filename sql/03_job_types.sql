@@ -168,7 +168,8 @@ returns table (
   backoff_jitter double precision,
   timeout_seconds double precision,
   keep_done boolean,
-  max_snoozes int
+  max_snoozes int,
+  paused_at timestamptz
 )
 language sql
 stable
@@ -177,7 +178,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes, t.paused_at
     from pyjobq.job_type t
    order by t.job_type
 $$;
@@ -185,7 +186,70 @@ $$;
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
   'cap and jitter, the deadline of an attempt in seconds from its claim, whether its DONE jobs are kept in '
-  'job_history (job_type_set_history), and how many times a job may snooze (job_type_set_snoozes).';
+  'job_history (job_type_set_history), how many times a job may snooze (job_type_set_snoozes), and since when '
+  'it is paused (job_type_pause; null when it is not).';
+
+-- A paused type's jobs stay PENDING (enqueues go on) and no claim that
+-- starts after the pause commits takes one (_work_types leaves the type
+-- out); the jobs running finish as they would. Resuming announces its due
+-- jobs to the sleeping workers. Both are admins' calls, audited.
+create function pyjobq.job_type_pause(p_job_type int)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_paused boolean;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  update pyjobq.job_type t
+     set paused_at = pyjobq.clock_now()
+   where t.job_type = p_job_type
+     and t.paused_at is null;
+  v_paused := found;
+  perform pyjobq._audit('pause', 0, jsonb_build_object('job_type', p_job_type), v_paused);
+  return v_paused;
+end;
+$$;
+
+comment on function pyjobq.job_type_pause(int) is
+  'Pauses job type p_job_type: its jobs stay PENDING, enqueues go on, and no claim that starts after this '
+  'commits takes one (under REPEATABLE READ or SERIALIZABLE, a claim whose snapshot is older fails with 40001 '
+  'instead); the jobs running finish as they would. Returns true, or false when it was paused already. '
+  'Audited (job_audit).';
+
+create function pyjobq.job_type_resume(p_job_type int)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_resumed boolean;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  update pyjobq.job_type t
+     set paused_at = null
+   where t.job_type = p_job_type
+     and t.paused_at is not null;
+  v_resumed := found;
+  if v_resumed then
+    perform pyjobq._announce(p_job_type, v_now, v_now);  -- its due jobs wake the sleeping workers
+  end if;
+  perform pyjobq._audit('resume', 0, jsonb_build_object('job_type', p_job_type), v_resumed);
+  return v_resumed;
+end;
+$$;
+
+comment on function pyjobq.job_type_resume(int) is
+  'Resumes job type p_job_type after job_type_pause: claims take its jobs again, and the workers asleep are '
+  'told its jobs are due. Returns true, or false when it was not paused. Audited (job_audit).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).

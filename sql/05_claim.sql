@@ -357,6 +357,7 @@ comment on function pyjobq._claim_pick(smallint[], int, timestamptz) is
 -- The job types a claim (or job_next_due) looks at: p_job_types checked, or
 -- every registered type when null. Types whose work privilege names roles the
 -- caller is not in are left out of "every type", refused when asked for by code.
+-- A paused type (job_type_pause) is left out, asked for or not.
 create function pyjobq._work_types(p_job_types int[])
 returns smallint[]
 language plpgsql
@@ -372,7 +373,8 @@ begin
     select array_agg(t.job_type order by t.job_type)
       into v_types
       from pyjobq.job_type t
-     where t.job_type <> all (v_denied);
+     where t.job_type <> all (v_denied)
+       and t.paused_at is null;
     return coalesce(v_types, '{}');
   end if;
   if exists (select 1
@@ -385,13 +387,18 @@ begin
   if cardinality(v_denied) > 0 then
     perform pyjobq._check_privilege('work', p_job_types);
   end if;
-  return p_job_types::smallint[];
+  select coalesce(array_agg(u.code order by u.ord), '{}')
+    into v_types
+    from unnest(p_job_types::smallint[]) with ordinality as u(code, ord)
+   where not exists (select from pyjobq.job_type t where t.job_type = u.code and t.paused_at is not null);
+  return v_types;
 end;
 $$;
 
 comment on function pyjobq._work_types(int[]) is
   'The job types a worker''s call looks at: p_job_types checked (22023 for a code out of range, 42501 for a '
-  'type the caller may not work), or every registered type the caller may work when null.';
+  'type the caller may not work), or every registered type the caller may work when null; paused types '
+  'left out either way.';
 
 create function pyjobq.job_claim(
   p_worker_id text,
@@ -415,6 +422,11 @@ begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   v_types := pyjobq._work_types(p_job_types);
+  if current_setting('transaction_isolation') <> 'read committed' then
+    -- The types as this transaction's first snapshot saw them: a pause
+    -- committed since fails the claim (40001) instead of letting it past.
+    perform from pyjobq.job_type t where t.job_type = any (v_types) for share;
+  end if;
   if exists (select 1 from pyjobq.job_type t
               where t.job_type = any (v_types)
                 and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
@@ -432,7 +444,7 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs with their metadata, and for a job with '
+  'round robin across their concurrency keys; a paused type''s (job_type_pause) are not taken. Returns the claimed jobs with their metadata, and for a job with '
   'parents (job_enqueue''s p_depends_on) their results (parent_results: a JSON array of {job_id, job_type, '
   'status, result} in the order the enqueue named them); attempt and lease_token '
   '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '

@@ -169,7 +169,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 59
+  select 60
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -207,6 +207,8 @@ create table pyjobq.job_type (
   keep_done boolean not null default true,
   -- How many times a job of the type may snooze (job_type_set_snoozes).
   max_snoozes int not null default 1000,
+  -- Since when the type is paused (job_type_pause): no claim takes its jobs.
+  paused_at timestamptz,
   constraint job_type_name_key unique (name),
   constraint job_type_code_range check (job_type between 1 and 32767),
   constraint job_type_name_not_blank check (btrim(name, E' \t\n\r\f\v') <> ''),
@@ -1197,7 +1199,8 @@ returns table (
   backoff_jitter double precision,
   timeout_seconds double precision,
   keep_done boolean,
-  max_snoozes int
+  max_snoozes int,
+  paused_at timestamptz
 )
 language sql
 stable
@@ -1206,7 +1209,7 @@ set search_path = pg_catalog, pyjobq, pg_temp
 as $$
   select t.job_type::int, t.name::text, coalesce(t.max_attempts, 3)::int,
          coalesce(t.backoff_base_seconds, 2), coalesce(t.backoff_cap_seconds, 3600),
-         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes
+         coalesce(t.backoff_jitter, 0.25), t.timeout_seconds, t.keep_done, t.max_snoozes, t.paused_at
     from pyjobq.job_type t
    order by t.job_type
 $$;
@@ -1214,7 +1217,70 @@ $$;
 comment on function pyjobq.job_type_policies() is
   'Each registered job type''s retry policy as it applies, defaults filled in: max_attempts, backoff base, '
   'cap and jitter, the deadline of an attempt in seconds from its claim, whether its DONE jobs are kept in '
-  'job_history (job_type_set_history), and how many times a job may snooze (job_type_set_snoozes).';
+  'job_history (job_type_set_history), how many times a job may snooze (job_type_set_snoozes), and since when '
+  'it is paused (job_type_pause; null when it is not).';
+
+-- A paused type's jobs stay PENDING (enqueues go on) and no claim that
+-- starts after the pause commits takes one (_work_types leaves the type
+-- out); the jobs running finish as they would. Resuming announces its due
+-- jobs to the sleeping workers. Both are admins' calls, audited.
+create function pyjobq.job_type_pause(p_job_type int)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_paused boolean;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  update pyjobq.job_type t
+     set paused_at = pyjobq.clock_now()
+   where t.job_type = p_job_type
+     and t.paused_at is null;
+  v_paused := found;
+  perform pyjobq._audit('pause', 0, jsonb_build_object('job_type', p_job_type), v_paused);
+  return v_paused;
+end;
+$$;
+
+comment on function pyjobq.job_type_pause(int) is
+  'Pauses job type p_job_type: its jobs stay PENDING, enqueues go on, and no claim that starts after this '
+  'commits takes one (under REPEATABLE READ or SERIALIZABLE, a claim whose snapshot is older fails with 40001 '
+  'instead); the jobs running finish as they would. Returns true, or false when it was paused already. '
+  'Audited (job_audit).';
+
+create function pyjobq.job_type_resume(p_job_type int)
+returns boolean
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_resumed boolean;
+begin
+  perform pyjobq._check_job_type(p_job_type);
+  update pyjobq.job_type t
+     set paused_at = null
+   where t.job_type = p_job_type
+     and t.paused_at is not null;
+  v_resumed := found;
+  if v_resumed then
+    perform pyjobq._announce(p_job_type, v_now, v_now);  -- its due jobs wake the sleeping workers
+  end if;
+  perform pyjobq._audit('resume', 0, jsonb_build_object('job_type', p_job_type), v_resumed);
+  return v_resumed;
+end;
+$$;
+
+comment on function pyjobq.job_type_resume(int) is
+  'Resumes job type p_job_type after job_type_pause: claims take its jobs again, and the workers asleep are '
+  'told its jobs are due. Returns true, or false when it was not paused. Audited (job_audit).';
 
 -- The delay before the retry that follows p_tries used tries of a job of type
 -- p_job_type, by its policy (retry_backoff's formula when it sets none).
@@ -2564,6 +2630,7 @@ comment on function pyjobq._claim_pick(smallint[], int, timestamptz) is
 -- The job types a claim (or job_next_due) looks at: p_job_types checked, or
 -- every registered type when null. Types whose work privilege names roles the
 -- caller is not in are left out of "every type", refused when asked for by code.
+-- A paused type (job_type_pause) is left out, asked for or not.
 create function pyjobq._work_types(p_job_types int[])
 returns smallint[]
 language plpgsql
@@ -2579,7 +2646,8 @@ begin
     select array_agg(t.job_type order by t.job_type)
       into v_types
       from pyjobq.job_type t
-     where t.job_type <> all (v_denied);
+     where t.job_type <> all (v_denied)
+       and t.paused_at is null;
     return coalesce(v_types, '{}');
   end if;
   if exists (select 1
@@ -2592,13 +2660,18 @@ begin
   if cardinality(v_denied) > 0 then
     perform pyjobq._check_privilege('work', p_job_types);
   end if;
-  return p_job_types::smallint[];
+  select coalesce(array_agg(u.code order by u.ord), '{}')
+    into v_types
+    from unnest(p_job_types::smallint[]) with ordinality as u(code, ord)
+   where not exists (select from pyjobq.job_type t where t.job_type = u.code and t.paused_at is not null);
+  return v_types;
 end;
 $$;
 
 comment on function pyjobq._work_types(int[]) is
   'The job types a worker''s call looks at: p_job_types checked (22023 for a code out of range, 42501 for a '
-  'type the caller may not work), or every registered type the caller may work when null.';
+  'type the caller may not work), or every registered type the caller may work when null; paused types '
+  'left out either way.';
 
 create function pyjobq.job_claim(
   p_worker_id text,
@@ -2622,6 +2695,11 @@ begin
   perform pyjobq._check_range('p_limit', v_limit, 1, 1000);
   perform pyjobq._check_range('p_lease_seconds', v_lease, 1, 86400);
   v_types := pyjobq._work_types(p_job_types);
+  if current_setting('transaction_isolation') <> 'read committed' then
+    -- The types as this transaction's first snapshot saw them: a pause
+    -- committed since fails the claim (40001) instead of letting it past.
+    perform from pyjobq.job_type t where t.job_type = any (v_types) for share;
+  end if;
   if exists (select 1 from pyjobq.job_type t
               where t.job_type = any (v_types)
                 and (t.max_running is not null or t.key_max_running is not null or t.rate_limit is not null
@@ -2639,7 +2717,7 @@ comment on function pyjobq.job_claim(text, int, int, int[]) is
   'p_lease_seconds (1..86400, default 300): RUNNING, attempts + 1. Rows locked by other claimers are skipped, '
   'never waited for. A type with concurrency limits (job_type_set_limits) never has more RUNNING, or more '
   'claims in a period, than they allow, in all and per concurrency key; a fair-share type''s jobs are taken '
-  'round robin across their concurrency keys. Returns the claimed jobs with their metadata, and for a job with '
+  'round robin across their concurrency keys; a paused type''s (job_type_pause) are not taken. Returns the claimed jobs with their metadata, and for a job with '
   'parents (job_enqueue''s p_depends_on) their results (parent_results: a JSON array of {job_id, job_type, '
   'status, result} in the order the enqueue named them); attempt and lease_token '
   '(random, shown by nothing else) are the fencing token to pass to complete/fail/renew/release. An empty result means nothing '
@@ -7956,6 +8034,10 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_type_set_history(int, boolean)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_set_snoozes(int, int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_pause(int)',
+   '{pyjobq_admin}'),
+  ('pyjobq.job_type_resume(int)',
    '{pyjobq_admin}'),
   ('pyjobq.job_settings()',
    '{pyjobq_admin}'),

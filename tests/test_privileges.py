@@ -137,6 +137,8 @@ ALLOWED = {
         "job_type_set_policy",
         "job_type_set_history",
         "job_type_set_snoozes",
+        "job_type_pause",
+        "job_type_resume",
         "job_settings",
         "job_settings_set",
         "job_type_set_limits",

@@ -165,11 +165,17 @@ def read_json_lines(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[st
 @dsn_option
 @click.pass_context
 def types(ctx: click.Context, dsn: str | None) -> None:
-    """List the registered job types (or register one: `types register CODE NAME`)."""
+    """List the registered job types, a paused one with the time it was paused (or register,
+    pause or resume one: `types register CODE NAME`, `types pause|resume TYPE`)."""
     if ctx.invoked_subcommand is None:
         with queue(dsn) as q:
+            paused = {p.job_type: p.paused_at for p in q.type_policies()}
             for t in q.types():
-                click.echo(f"{t.job_type}\t{t.name}")
+                since = paused.get(t.job_type)
+                click.echo(
+                    f"{t.job_type}\t{t.name}"
+                    + (f"\tpaused since {since:%Y-%m-%d %H:%M:%S%z}" if since else "")
+                )
 
 
 @types.command("register")
@@ -186,6 +192,33 @@ def types_register(ctx: click.Context, dsn: str | None, code: int, name: str) ->
     click.echo(
         f"{row.job_type}\t{row.name}\t{'registered' if row.created else 'already registered'}"
     )
+
+
+@types.command("pause")
+@dsn_option
+@click.argument("job_type")
+@click.pass_context
+def types_pause(ctx: click.Context, dsn: str | None, job_type: str) -> None:
+    """Pause JOB_TYPE (a code or a name): its jobs stay PENDING, no claim takes them."""
+    _pause_or_resume(ctx, dsn, job_type, pause=True)
+
+
+@types.command("resume")
+@dsn_option
+@click.argument("job_type")
+@click.pass_context
+def types_resume(ctx: click.Context, dsn: str | None, job_type: str) -> None:
+    """Resume JOB_TYPE (a code or a name) after `types pause`."""
+    _pause_or_resume(ctx, dsn, job_type, pause=False)
+
+
+def _pause_or_resume(ctx: click.Context, dsn: str | None, job_type: str, *, pause: bool) -> None:
+    parent = ctx.parent.params.get("dsn") if ctx.parent is not None else None
+    code: int | str = int(job_type) if job_type.isdigit() else job_type
+    with queue(dsn or parent) as q:
+        changed = q.type_pause(code) if pause else q.type_resume(code)
+    state = "paused" if pause else "resumed"
+    click.echo(f"{job_type}\t{state if changed else 'already ' + state}")
 
 
 @main.command()

@@ -24,28 +24,20 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set plan_cache_mode = force_generic_plan
--- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
--- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
--- sorts off the table leaves the ordered scan of job_claim_idx, which stops
--- after p_limit rows, whatever the statistics say. The penalty that disabling
--- adds to a plan's cost would otherwise also trigger JIT compilation on
--- every call (hundreds of milliseconds), so JIT is off here too.
-set enable_sort = off
+set enable_sort = off  -- see above
 set jit = off
 as $$
 declare
   v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
-  -- Where a pass starts: the priorities before v_priority whole, then
-  -- v_priority's jobs after (v_run_after, v_seq), then the later priorities
-  -- whole. The scan from the head starts before every job.
-  v_priority smallint := -1;
+  v_priority smallint := -1;  -- where a pass starts (see above)
   v_run_after timestamptz := '-infinity';
   v_seq bigint := 0;
   v_ids uuid[] := '{}';
   v_picked uuid[];
   v_last pyjobq.claim_front;  -- where the pass that picked last ended
   v_from_head boolean := false;
+  v_passes int := 0;  -- passes that picked
 begin
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
@@ -56,13 +48,6 @@ begin
     v_seq := v_front.seq;
   end if;
   loop
-    -- One statement picks. The priorities come in order, each once, and as
-    -- far as the pick reads them: once it has its jobs, no further priority
-    -- is looked up and no further row is locked. SKIP LOCKED lets concurrent
-    -- claimers take the next rows instead of waiting. Below v_priority a
-    -- descent stops at v_priority, so that the jobs claimed from it since
-    -- the front started, whose index entries an old snapshot may keep, are
-    -- never walked past.
     with recursive present(priority) as (
       select case when v_priority < 0
                   then (select c.priority from pyjobq.job c
@@ -113,6 +98,7 @@ begin
       from picked p;
     if v_picked is not null then
       v_ids := v_ids || v_picked;
+      v_passes := v_passes + 1;
       v_front.priority := v_last.priority;
       v_front.run_after := v_last.run_after;
       v_front.seq := v_last.seq;
@@ -126,6 +112,13 @@ begin
   end loop;
   if cardinality(v_ids) = 0 then
     return '{}';
+  end if;
+  if v_passes > 1 then
+    -- The head scan took jobs left behind the front: they come first.
+    select array_agg(j.job_id order by j.priority, j.run_after, j.seq)
+      into v_ids
+      from pyjobq.job j
+     where j.job_id = any (v_ids);
   end if;
   -- The new front: where the last pass that picked ended. A head scan that
   -- picked starts a new second of life; resuming keeps the old front's.

@@ -116,9 +116,13 @@ returns smallint[]
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
+-- Planned once per session: the plans do not depend on the arguments' values.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_types smallint[];
+  v_codes int[];
+  v_bad boolean;
   v_denied smallint[] := pyjobq._denied_types('work');
 begin
   p_job_types := pyjobq._check_array('p_job_types', p_job_types);
@@ -130,9 +134,15 @@ begin
        and t.paused_at is null;
     return coalesce(v_types, '{}');
   end if;
-  if exists (select 1
-               from unnest(p_job_types) as u(code)
-              where u.code is null or u.code not between 1 and 32767) then
+  -- One statement checks the codes and leaves the paused types out.
+  select bool_or(u.code is null or u.code not between 1 and 32767),
+         coalesce(array_agg(u.code order by u.ord)
+                    filter (where not exists (select from pyjobq.job_type t
+                                               where t.job_type = u.code and t.paused_at is not null)),
+                  '{}')
+    into v_bad, v_codes
+    from unnest(p_job_types) with ordinality as u(code, ord);
+  if v_bad then
     raise exception 'p_job_types elements must be job type codes between 1 and 32767'
       using errcode = '22023',
             hint = 'Pass null for every registered type.';
@@ -140,11 +150,7 @@ begin
   if cardinality(v_denied) > 0 then
     perform pyjobq._check_privilege('work', p_job_types);
   end if;
-  select coalesce(array_agg(u.code order by u.ord), '{}')
-    into v_types
-    from unnest(p_job_types::smallint[]) with ordinality as u(code, ord)
-   where not exists (select from pyjobq.job_type t where t.job_type = u.code and t.paused_at is not null);
-  return v_types;
+  return v_codes::smallint[];
 end;
 $$;
 

@@ -232,34 +232,43 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
 -- one priority's due jobs, which ends at its first job not due, then the
 -- next priority that has PENDING jobs, found by one descent of the index.
 -- However many jobs sleep, a claim reads none of them.
-create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
-returns uuid[]
-language plpgsql
-volatile
-set search_path = pg_catalog, pyjobq, pg_temp
-set plan_cache_mode = force_generic_plan
+--
+-- A pass is one statement: the priorities come in order, each once, and as
+-- far as the pick reads them; once it has its jobs, no further priority is
+-- looked up and no further row is locked. SKIP LOCKED lets concurrent
+-- claimers take the next rows instead of waiting. Below the front's priority
+-- a descent stops at it, so that the jobs claimed from it since the front
+-- started, whose index entries an old snapshot may keep, are never walked
+-- past. A pass starts at (priority, run_after, seq): the priorities before it
+-- whole, then its priority's jobs after that point, then the later
+-- priorities whole; the scan from the head starts before every job.
+--
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
 -- sorts off the table leaves the ordered scan of job_claim_idx, which stops
 -- after p_limit rows, whatever the statistics say. The penalty that disabling
 -- adds to a plan's cost would otherwise also trigger JIT compilation on
 -- every call (hundreds of milliseconds), so JIT is off here too.
-set enable_sort = off
+create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
+returns uuid[]
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
+set enable_sort = off  -- see above
 set jit = off
 as $$
 declare
   v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
   v_front pyjobq.claim_front;
-  -- Where a pass starts: the priorities before v_priority whole, then
-  -- v_priority's jobs after (v_run_after, v_seq), then the later priorities
-  -- whole. The scan from the head starts before every job.
-  v_priority smallint := -1;
+  v_priority smallint := -1;  -- where a pass starts (see above)
   v_run_after timestamptz := '-infinity';
   v_seq bigint := 0;
   v_ids uuid[] := '{}';
   v_picked uuid[];
   v_last pyjobq.claim_front;  -- where the pass that picked last ended
   v_from_head boolean := false;
+  v_passes int := 0;  -- passes that picked
 begin
   -- Resume after this session's claim front, if it still holds (see "Claim
   -- fronts" above); the scan from the head comes after, and alone without one.
@@ -270,13 +279,6 @@ begin
     v_seq := v_front.seq;
   end if;
   loop
-    -- One statement picks. The priorities come in order, each once, and as
-    -- far as the pick reads them: once it has its jobs, no further priority
-    -- is looked up and no further row is locked. SKIP LOCKED lets concurrent
-    -- claimers take the next rows instead of waiting. Below v_priority a
-    -- descent stops at v_priority, so that the jobs claimed from it since
-    -- the front started, whose index entries an old snapshot may keep, are
-    -- never walked past.
     with recursive present(priority) as (
       select case when v_priority < 0
                   then (select c.priority from pyjobq.job c
@@ -327,6 +329,7 @@ begin
       from picked p;
     if v_picked is not null then
       v_ids := v_ids || v_picked;
+      v_passes := v_passes + 1;
       v_front.priority := v_last.priority;
       v_front.run_after := v_last.run_after;
       v_front.seq := v_last.seq;
@@ -340,6 +343,13 @@ begin
   end loop;
   if cardinality(v_ids) = 0 then
     return '{}';
+  end if;
+  if v_passes > 1 then
+    -- The head scan took jobs left behind the front: they come first.
+    select array_agg(j.job_id order by j.priority, j.run_after, j.seq)
+      into v_ids
+      from pyjobq.job j
+     where j.job_id = any (v_ids);
   end if;
   -- The new front: where the last pass that picked ended. A head scan that
   -- picked starts a new second of life; resuming keeps the old front's.
@@ -363,9 +373,13 @@ returns smallint[]
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
+-- Planned once per session: the plans do not depend on the arguments' values.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_types smallint[];
+  v_codes int[];
+  v_bad boolean;
   v_denied smallint[] := pyjobq._denied_types('work');
 begin
   p_job_types := pyjobq._check_array('p_job_types', p_job_types);
@@ -377,9 +391,15 @@ begin
        and t.paused_at is null;
     return coalesce(v_types, '{}');
   end if;
-  if exists (select 1
-               from unnest(p_job_types) as u(code)
-              where u.code is null or u.code not between 1 and 32767) then
+  -- One statement checks the codes and leaves the paused types out.
+  select bool_or(u.code is null or u.code not between 1 and 32767),
+         coalesce(array_agg(u.code order by u.ord)
+                    filter (where not exists (select from pyjobq.job_type t
+                                               where t.job_type = u.code and t.paused_at is not null)),
+                  '{}')
+    into v_bad, v_codes
+    from unnest(p_job_types) with ordinality as u(code, ord);
+  if v_bad then
     raise exception 'p_job_types elements must be job type codes between 1 and 32767'
       using errcode = '22023',
             hint = 'Pass null for every registered type.';
@@ -387,11 +407,7 @@ begin
   if cardinality(v_denied) > 0 then
     perform pyjobq._check_privilege('work', p_job_types);
   end if;
-  select coalesce(array_agg(u.code order by u.ord), '{}')
-    into v_types
-    from unnest(p_job_types::smallint[]) with ordinality as u(code, ord)
-   where not exists (select from pyjobq.job_type t where t.job_type = u.code and t.paused_at is not null);
-  return v_types;
+  return v_codes::smallint[];
 end;
 $$;
 

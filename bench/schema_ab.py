@@ -9,10 +9,11 @@ costs the queue's own SQL on jobs that do not use it, with the machine's drift s
 and each side's WAL bytes per job drained (the server's flushed WAL position around the drain).
 
 ``--payload-bytes`` gives each job a payload of about that many bytes (``{"data": "xx…"}``;
-0, the default, is ``{}``).
+0, the default, is ``{}``). ``--job-types 1`` claims with ``p_job_types`` ``{1}``, as a worker
+that names its types does, where the default claims every type (null).
 
 ``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]
-[--payload-bytes 0]``
+[--payload-bytes 0] [--job-types 1]``
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--payload-bytes", type=int, default=0)
+    parser.add_argument("--job-types", type=int, nargs="+", help="the claims' p_job_types")
     args = parser.parse_args()
     schemas = {
         "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
@@ -84,7 +86,7 @@ def main() -> None:
                     enqueue(conn, args.jobs, args.payload_bytes)
                     start = conn.execute(flushed).fetchone()
                     started = time.perf_counter()
-                    done = drain_loop(conn, "ab", args.batch).jobs
+                    done = drain_loop(conn, "ab", args.batch, args.job_types).jobs
                     rates[name].append(done / (time.perf_counter() - started))
                     written = conn.execute(
                         f"select pg_wal_lsn_diff(({flushed})::pg_lsn, %s)", start

@@ -91,42 +91,48 @@ JOBS = 600
 def test_claimers_running_take_nothing_of_a_type_from_its_pause_until_its_resume(
     conn: Conn, make_conn: Callable[[], Conn]
 ) -> None:
-    """Four claimers take jobs of two types as fast as they can; type 1 is paused, then resumed.
-    No claim sent after the pause returned and before the resume was sent takes a job of type
-    1; every job is claimed exactly once in the end."""
+    """Four claimers take jobs of two types, enqueued interleaved, as fast as they can; once
+    fifty claims have been made, type 1 is paused, and once forty more have been sent, resumed.
+    No claim sent after the pause returned and done before the resume was sent takes a job of
+    type 1; every job is claimed exactly once in the end."""
     q = JobQueue(conn)
-    for job_type in (1, 2):
-        q.enqueue_many(job_type, [{}] * JOBS)
+    for _ in range(JOBS // 50):
+        q.enqueue_many(1, [{}] * 50)
+        q.enqueue_many(2, [{}] * 50)
     lock = threading.Lock()
     claims: list[tuple[float, float, list[int]]] = []  # (sent, returned, types claimed)
     window: dict[str, float] = {}
-    stop = threading.Event()
+    deadline = time.monotonic() + 60
 
     def claimer() -> None:
         c = JobQueue(make_conn())
-        while not stop.is_set():
+        while time.monotonic() < deadline:
             sent = time.monotonic()
             jobs = c.claim("w", limit=3)
             with lock:
                 claims.append((sent, time.monotonic(), [j.job_type for j in jobs]))
-            if not jobs and "resumed" in window:
-                return
+            if not jobs and sent > window.get("resumed", deadline):
+                return  # sent after the resume, and nothing left
+
+    def claims_sent_after(at: float, count: int) -> None:
+        while sum(1 for sent, _, _ in list(claims) if sent > at) < count:
+            assert time.monotonic() < deadline, "the claimers stopped claiming"
+            time.sleep(0.001)
 
     def operator() -> None:
-        time.sleep(0.1)
+        claims_sent_after(0, 50)
         assert q.type_pause(1)
         window["paused"] = time.monotonic()
-        time.sleep(0.5)
+        claims_sent_after(window["paused"], 40)
         window["resuming"] = time.monotonic()
         assert q.type_resume(1)
         window["resumed"] = time.monotonic()
 
-    try:
-        run_threads([claimer] * 4 + [operator])
-    finally:
-        stop.set()
+    run_threads([claimer] * 4 + [operator])
     while_paused = [
-        t for sent, done, t in claims if window["paused"] < sent and done < window["resuming"]
+        types
+        for sent, done, types in claims
+        if window["paused"] < sent and done < window["resuming"]
     ]
     assert len(while_paused) > 10, "the claimers did not run while the type was paused"
     assert all(1 not in types for types in while_paused)

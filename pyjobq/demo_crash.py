@@ -70,7 +70,7 @@ def kill_a_worker_mid_job(
         "select job_id, attempts, worker_id from pyjobq.job where status = 2"
     ).fetchall()
     held = [(job_id, attempt) for job_id, attempt, worker in rows
-            if int(worker.split(":")[-2]) == victim.pid]  # fmt: skip
+            if demo_durable.worker_pid(worker) == victim.pid]  # fmt: skip
     return Killed(victim.pid, [j for j, _ in held], [a for _, a in held])
 
 

@@ -100,16 +100,21 @@ def approve_when_waiting(conn: psycopg.Connection[Any], durable: Durable) -> Non
         q.signal(durable.approval_id, "approval", {"by": "the demo"})
 
 
+def worker_pid(worker_id: str) -> int:
+    """The process id in a worker's default id, ``host:pid:random`` (``make_worker_id``)."""
+    return int(worker_id.split(":")[-2])
+
+
 def checkpointed_holder(conn: psycopg.Connection[Any], durable: Durable) -> int | None:
     """The pid of the worker process that runs the CHECKPOINTED job, once it has recorded the
-    steps before ``STOP_AT``; None until then. (Worker ids are ``host:pid:random``.)"""
+    steps before ``STOP_AT``; None until then."""
     q = JobQueue(conn)
     job = q.get(durable.checkpointed_id)
     if job is None or job.worker_id is None or job.status != 2:
         return None
     if len(q.step_list(durable.checkpointed_id)) < STOP_AT - 1:
         return None
-    return int(job.worker_id.split(":")[-2])
+    return worker_pid(job.worker_id)
 
 
 def durable_finished(conn: psycopg.Connection[Any], durable: Durable) -> bool:

@@ -124,6 +124,14 @@ async def jobs(request: Request) -> Response:
 JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
+def path_job_id(request: Request) -> UUID | None:
+    """The job id in the request's path, or None when it is not one."""
+    try:
+        return UUID(request.path_params["job_id"])
+    except ValueError:
+        return None
+
+
 async def find(request: Request) -> Response:
     """The page of the job whose id is in ``q``: an id, or a whole log line that names one."""
     found = JOB_ID.search(request.query_params.get("q", ""))
@@ -136,9 +144,7 @@ async def job(request: Request) -> Response:
     board = dashboard(request)
     if not board.may("job_get"):
         return problem(request, 403, f"role {board.role} may not read jobs (job_get)")
-    try:
-        job_id = UUID(request.path_params["job_id"])
-    except ValueError:
+    if (job_id := path_job_id(request)) is None:
         return problem(request, 400, "not a job id")
     found = await board.queue.get(job_id)
     if found is None:
@@ -240,9 +246,7 @@ async def job_action(request: Request) -> Response:
         return problem(request, 404, f"no action {action}")
     if (no := refused(request, fields, function)) is not None:
         return no
-    try:
-        job_id = UUID(request.path_params["job_id"])
-    except ValueError:
+    if (job_id := path_job_id(request)) is None:
         return problem(request, 400, "not a job id")
     changed = await bulk.apply(dashboard(request).pool, action, [job_id], actor(request))
     acted(request, action, changed, job_id=str(job_id))
@@ -255,9 +259,7 @@ async def job_signal(request: Request) -> Response:
     fields = await form(request)
     if (no := refused(request, fields, "job_signal")) is not None:
         return no
-    try:
-        job_id = UUID(request.path_params["job_id"])
-    except ValueError:
+    if (job_id := path_job_id(request)) is None:
         return problem(request, 400, "not a job id")
     name, text = fields.get("name", "").strip(), fields.get("payload", "").strip()
     try:

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 from psycopg.conninfo import make_conninfo
 
@@ -112,6 +113,22 @@ def _free_port() -> int:
         return port
 
 
+class PortTaken(RuntimeError):
+    """The port asked for is in use on 127.0.0.1."""
+
+
+def _port_to_listen_on(port: int) -> int:
+    """``port`` when it is free on 127.0.0.1, a free one when it is 0."""
+    if port == 0:
+        return _free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise PortTaken(f"port {port} on 127.0.0.1 is taken ({e.strerror})") from None
+    return port
+
+
 class LocalPostgres:
     """A private PostgreSQL cluster on 127.0.0.1 with trust auth, removed on stop()."""
 
@@ -119,11 +136,16 @@ class LocalPostgres:
     user = "postgres"
 
     def __init__(
-        self, base_dir: Path | None = None, settings: Mapping[str, str] | None = None
+        self,
+        base_dir: Path | None = None,
+        settings: Mapping[str, str] | None = None,
+        port: int = 0,
     ) -> None:
+        """``port`` 0 picks a free one at start."""
         self.bindir = find_bindir()
         self.settings = dict(settings or {})
         self.port = 0
+        self._port = port
         self._base_dir = base_dir
         self._owns_base_dir = False
         self._as_os_user = os.geteuid() == 0
@@ -147,6 +169,7 @@ class LocalPostgres:
         return self.base_dir / "postgres.log"
 
     def start(self) -> None:
+        self.port = _port_to_listen_on(self._port)
         if self._base_dir is None:
             self._base_dir = Path(tempfile.mkdtemp(prefix="pyjobq-pg-"))
             self._owns_base_dir = True
@@ -156,7 +179,6 @@ class LocalPostgres:
             for path in (self.base_dir, self.socket_dir):
                 shutil.chown(path, _OS_USER, _OS_USER)
             self.bindir = self._reachable(self.bindir)
-        self.port = _free_port()
         try:
             if not (self.data_dir / "PG_VERSION").exists():
                 initdb_args = ["-U", self.user, "--auth=trust", "-E", "UTF8", "--no-locale"]
@@ -182,6 +204,12 @@ class LocalPostgres:
     def dsn(self, dbname: str = "postgres") -> str:
         """Return a libpq conninfo string for ``dbname`` on this server."""
         return make_conninfo(host=self.host, port=self.port, user=self.user, dbname=dbname)
+
+    def url(self, user: str | None = None, dbname: str = "postgres") -> str:
+        """Return a ``postgresql://`` URL for ``user`` (the superuser by default) on this
+        server."""
+        who = quote(user or self.user, safe="")
+        return f"postgresql://{who}@{self.host}:{self.port}/{quote(dbname, safe='')}"
 
     def __enter__(self) -> LocalPostgres:
         self.start()

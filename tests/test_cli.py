@@ -443,22 +443,49 @@ def test_worker_exits_1_when_jobs_outlive_the_shutdown_timeout(
     assert status == 2  # still held: its lease runs out, a reaper takes it back
 
 
-def test_dev_server_serves_a_migrated_database_until_interrupted() -> None:
+def test_dev_server_serves_a_migrated_database_to_an_application_role_until_interrupted() -> None:
+    """dev-server listens on the --port given, prints a URL for a login role in the producer,
+    worker and observer groups (not a superuser), the owner's URL on stderr, and refuses a port
+    in use as usage."""
+    port = free_port()
     run = subprocess.Popen(
-        [sys.executable, "-m", "pyjobq", "dev-server"],
+        [sys.executable, "-m", "pyjobq", "dev-server", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert run.stdout is not None
+        assert run.stderr is not None
         line = run.stdout.readline()
-        assert line.startswith("export PYJOBQ_DSN='"), line
-        dsn = line.strip().removeprefix("export PYJOBQ_DSN='").removesuffix("'")
-        with psycopg.connect(dsn) as served:
+        url = f"postgresql://app@127.0.0.1:{port}/postgres"
+        assert line == f"export PYJOBQ_DSN='{url}'\n"
+        owner_line = run.stderr.readline()
+        assert owner_line.endswith(
+            f"the owner (a superuser): postgresql://postgres@127.0.0.1:{port}/postgres\n"
+        )
+        with psycopg.connect(url, autocommit=True) as served:
             assert one(served, "select pyjobq.schema_version()") == SCHEMA_VERSION
-            data = one(served, "select current_setting('data_directory')")
-        # At once: the DSN line means it is ready, and a stop from then on exits 0.
+            assert (
+                one(served, "select rolsuper from pg_roles where rolname = current_user") is False
+            )
+            job_id = one(served, "select job_id from pyjobq.job_enqueue(1, '{}')")
+            (claimed,) = served.execute("select job_id from pyjobq.job_claim('w', 1)").fetchall()
+            assert claimed == (job_id,)
+            assert one(served, "select sum(jobs) from pyjobq.job_counts() where status = 2") == 1
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                served.execute("select pyjobq.job_type_pause(1)")
+        taken = subprocess.run(
+            [sys.executable, "-m", "pyjobq", "dev-server", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert taken.returncode == 2
+        assert f"port {port} on 127.0.0.1 is taken" in taken.stderr
+        # At once: the URL line means it is ready, and a stop from then on exits 0.
+        with psycopg.connect(url.replace("app@", "postgres@")) as owner:
+            data = one(owner, "select current_setting('data_directory')")
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=60)
         assert run.returncode == 0, err

@@ -11,6 +11,8 @@ from typing import Any
 from uuid import UUID
 
 import click
+import psycopg
+from psycopg import sql
 
 from pyjobq.cli.common import (
     EXIT_ERROR,
@@ -23,6 +25,11 @@ from pyjobq.cli.common import (
     resolve_type,
 )
 from pyjobq.cli.group import main
+
+# The dev server's port unless --port says otherwise: the same URL every time it starts.
+DEV_SERVER_PORT = 54320
+# The groups of the dev server's application role: what an application's login role joins.
+DEV_GROUPS = ("pyjobq_producer", "pyjobq_worker", "pyjobq_observer")
 
 
 @main.command()
@@ -269,25 +276,58 @@ def demo(
 
 
 @main.command("dev-server")
-def dev_server() -> None:
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEV_SERVER_PORT,
+    show_default=True,
+    help="the port on 127.0.0.1 to listen on (0: a free one)",
+)
+@click.option(
+    "--role",
+    default="app",
+    show_default=True,
+    help="the application's login role the printed URL connects as",
+)
+def dev_server(port: int, role: str) -> None:
     """Run a throwaway PostgreSQL server with the pyjobq schema, for development, until Ctrl-C.
 
-    It prints the DSN to give to --dsn, $PYJOBQ_DSN or your application (`eval` the line in a
-    shell). The same server as the demo's and the tests': on 127.0.0.1 with trust auth, its
-    data in a temporary directory that Ctrl-C or SIGTERM stops and deletes.
+    It prints `export PYJOBQ_DSN='postgresql://app@127.0.0.1:PORT/postgres'` (`eval` the line in
+    a shell): a login role in the producer, worker and observer groups, as an application's
+    would be. The owner's URL, for migrations and admin commands, goes to stderr. The same
+    server as the demo's and the tests': trust auth, its data in a temporary directory that
+    Ctrl-C or SIGTERM stops and deletes.
     """
-    from pyjobq.localpg import LocalPostgres
+    from pyjobq.localpg import LocalPostgres, PortTaken
     from pyjobq.migrate import migrate
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
-    with reporting(), LocalPostgres() as server:
-        migrate(server.dsn())
-        # From the DSN line on, a caller may stop it: a signal that comes before the sleep is
-        # a stop as well, never an abort.
-        try:
-            click.echo(f"export PYJOBQ_DSN='{server.dsn()}'")
-            click.echo("pyjobq dev-server: ready; Ctrl-C stops it and deletes its data", err=True)
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            click.echo("pyjobq dev-server: stopping", err=True)
+    server = LocalPostgres(port=port)
+    try:
+        server.start()
+    except PortTaken as e:
+        raise click.BadParameter(str(e), param_hint="--port") from None
+    try:
+        with reporting():
+            migrate(server.dsn())
+            with psycopg.connect(server.dsn(), autocommit=True) as owner:
+                owner.execute(
+                    sql.SQL("create role {} login in role {}").format(
+                        sql.Identifier(role), sql.SQL(", ").join(map(sql.Identifier, DEV_GROUPS))
+                    )
+                )
+            # From the URL line on, a caller may stop it: a signal that comes before the sleep is
+            # a stop as well, never an abort.
+            try:
+                click.echo(f"export PYJOBQ_DSN='{server.url(role)}'")
+                click.echo(
+                    f"pyjobq dev-server: ready; the owner (a superuser): {server.url()}\n"
+                    "pyjobq dev-server: Ctrl-C stops it and deletes its data",
+                    err=True,
+                )
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                click.echo("pyjobq dev-server: stopping", err=True)
+    finally:
+        server.stop()

@@ -83,6 +83,18 @@ def status_of(conn: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
     )
 
 
+def granted_functions(conn: psycopg.Connection[Any]) -> dict[str, set[str]]:
+    """The public functions each pyjobq group role may execute, as the catalog says."""
+    granted: dict[str, set[str]] = {}
+    for role, function in conn.execute(
+        "select r.rolname, p.proname from pg_proc p cross join pg_roles r"
+        " where p.pronamespace = 'pyjobq'::regnamespace and p.proname not like '\\_%'"
+        " and r.rolname like 'pyjobq\\_%' and has_function_privilege(r.oid, p.oid, 'EXECUTE')"
+    ).fetchall():
+        granted.setdefault(role, set()).add(function)
+    return granted
+
+
 def run_threads(targets: list[Callable[[], None]]) -> None:
     """Start every target on its own thread, wait for all, and re-raise the first failure."""
     errors: list[BaseException] = []

@@ -11,9 +11,10 @@ from pathlib import Path
 import psycopg
 
 from pyjobq.localpg import LocalPostgres
-from tests.sqlhelp import UUID, mask
+from tests.sqlhelp import UUID, granted_functions, mask
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+SQL = README.parent / "sql" / "pyjobq.sql"
 PROMPT = "app=> "
 
 
@@ -68,3 +69,40 @@ def test_the_readmes_psql_session_runs_as_the_app_role(
             actual[readme_job] = str(job[0])
             if job[1] is not None:
                 actual[readme_token] = str(job[1])
+
+
+GROUPS = ("pyjobq_producer", "pyjobq_worker", "pyjobq_observer", "pyjobq_admin")
+ROLES_TABLE = re.compile(
+    r"\| group role \| may execute \|\n.*?\nEvery group may also call .*?\.\n", re.DOTALL
+)
+
+
+def roles_table(granted: dict[str, set[str]]) -> str:
+    """The README's table of what each group role may execute, from the catalog's grants: a
+    row a group with the functions not every group may call, then those, each list in the order
+    of sql/pyjobq.sql."""
+    order = re.findall(r"^create function pyjobq\.(\w+)\(", SQL.read_text(), flags=re.MULTILINE)
+    everyone = set.intersection(*(granted[g] for g in GROUPS))
+
+    def listed(functions: set[str]) -> str:
+        return ", ".join(f"`{f}`" for f in sorted(functions, key=order.index))
+
+    rows = "".join(f"| `{g}` | {listed(granted[g] - everyone)} |\n" for g in GROUPS)
+    return (
+        f"| group role | may execute |\n|---|---|\n{rows}\n"
+        f"Every group may also call {listed(everyone)}.\n"
+    )
+
+
+def test_the_readmes_roles_table_is_what_the_installed_schema_grants(
+    conn: psycopg.Connection,
+) -> None:
+    """PYJOBQ_REGEN_DOC=1 rewrites the table from the catalog."""
+    text = README.read_text()
+    shown = ROLES_TABLE.search(text)
+    assert shown is not None, "the README's roles table"
+    table = roles_table(granted_functions(conn))
+    if os.environ.get("PYJOBQ_REGEN_DOC") == "1":
+        README.write_text(text.replace(shown.group(0), table))
+    else:
+        assert shown.group(0) == table

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from pyjobq.localpg import LocalPostgres
-from tests.sqlhelp import mask, one
+from tests.sqlhelp import granted_functions, mask, one
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "sql-api.md"
@@ -190,14 +190,7 @@ def test_the_role_table_is_what_grant_roles_grants(conn: psycopg.Connection, doc
         row.split("|")[1].strip(" `"): set(re.findall(r"`(\w+)`", row.split("|")[2]))
         for row in table.group(1).splitlines()
     }
-    granted: dict[str, set[str]] = {}
-    for role, function in conn.execute(
-        "select r.rolname, p.proname from pg_proc p cross join pg_roles r"
-        " where p.pronamespace = 'pyjobq'::regnamespace and p.proname not like '\\_%'"
-        " and r.rolname like 'pyjobq\\_%' and has_function_privilege(r.oid, p.oid, 'EXECUTE')"
-    ).fetchall():
-        granted.setdefault(role, set()).add(function)
-    assert documented == granted
+    assert documented == granted_functions(conn)
 
 
 def test_status_ranges_are_the_functions_own(conn: psycopg.Connection, doc: str) -> None:

@@ -20,16 +20,13 @@ from pyjobq import statements
 from pyjobq.aio_admin import AsyncQueueAdmin
 from pyjobq.aio_batches import AsyncBatches
 from pyjobq.aio_calls import heard, own_cursor
+from pyjobq.aio_enqueue import AsyncEnqueue
 from pyjobq.errors import translated
 from pyjobq.params import (
-    Parents,
     Payload,
-    due,
     jsonb,
     jsonb_array,
-    jsonb_document,
     optional_list,
-    parents_document,
 )
 from pyjobq.rows import (
     Attempt,
@@ -39,7 +36,6 @@ from pyjobq.rows import (
     Completion,
     CountRow,
     Dependency,
-    Enqueued,
     Event,
     EventWait,
     FailOutcome,
@@ -56,10 +52,9 @@ from pyjobq.rows import (
     StepSaved,
     Watched,
 )
-from pyjobq.tracing import with_trace_context
 
 
-class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
+class AsyncJobQueue(AsyncEnqueue, AsyncBatches, AsyncQueueAdmin):
     """Calls the ``pyjobq.job_*`` SQL functions, one statement per method.
 
     Given a :class:`psycopg.AsyncConnection`, every call runs on it inside whatever
@@ -70,92 +65,6 @@ class AsyncJobQueue(AsyncBatches, AsyncQueueAdmin):
     ``None`` means "the default". SQL errors come out as the classes in
     :mod:`pyjobq.errors`.
     """
-
-    async def enqueue(
-        self,
-        job_type: int | str,
-        payload: Payload | None = None,
-        priority: int | None = None,
-        run_after: datetime | timedelta | None = None,
-        dedupe_key: str | None = None,
-        max_attempts: int | None = None,
-        unique_for: timedelta | None = None,
-        concurrency_key: str | None = None,
-        metadata: Payload | None = None,
-        depends_on: Sequence[UUID] | None = None,
-        on_parent_failure: str | None = None,
-        batch_id: UUID | None = None,
-    ) -> Enqueued:
-        """``job_enqueue``: add one PENDING job, or return the active job of its type holding
-        ``dedupe_key`` (with ``unique_for``, also one with the key that ended within that
-        window). ``job_type`` is a code or a registered name (see :meth:`type_code`);
-        ``concurrency_key`` counts the job against its type's per-key limit. ``metadata`` is
-        kept with the job; with OpenTelemetry installed, the current span's W3C context is
-        added to it (:mod:`pyjobq.tracing`). With ``depends_on`` (existing job ids) the job is
-        WAITING until they have all ended, then PENDING, its handler seeing their results in
-        :attr:`ClaimedJob.parent_results`; a parent that ends DEAD or CANCELLED cancels it,
-        unless ``on_parent_failure`` is ``"run"`` (default ``"cancel"``). With ``batch_id``
-        (:meth:`open_batch`) the job joins that open batch. ``run_after`` is a time, or a
-        ``timedelta``: a delay from now on the database's clock."""
-        code = await self._code(job_type)
-        params = (
-            code,
-            jsonb(payload),
-            priority,
-            *due(run_after),
-            dedupe_key,
-            max_attempts,
-            unique_for,
-            concurrency_key,
-            jsonb(with_trace_context(metadata)),
-            optional_list(depends_on),
-            on_parent_failure,
-            batch_id,
-        )
-        return await self._one(Enqueued, statements.ENQUEUE, params)
-
-    async def enqueue_many(
-        self,
-        job_type: int | str,
-        payloads: Sequence[Payload],
-        dedupe_keys: Sequence[str | None] | None = None,
-        priority: int | None = None,
-        run_after: datetime | timedelta | None = None,
-        max_attempts: int | None = None,
-        unique_for: timedelta | None = None,
-        concurrency_keys: Sequence[str | None] | None = None,
-        metadata: Payload | None = None,
-        depends_on: Sequence[Parents | None] | None = None,
-        on_parent_failure: str | None = None,
-        batch_id: UUID | None = None,
-    ) -> list[Enqueued]:
-        """``job_enqueue_many``: add up to 100000 jobs of one type in one round trip
-        (``unique_for`` applies to the jobs with a key, as :meth:`enqueue` applies it;
-        ``concurrency_keys`` pairs a concurrency key, or ``None``, with each payload;
-        ``metadata``, with the trace context as :meth:`enqueue` adds it, goes with every job).
-        ``depends_on`` pairs each payload with its parents (or ``None``): job ids, or the
-        1-based positions of earlier payloads of the same call, so one call enqueues a graph;
-        ``on_parent_failure`` and ``batch_id`` apply to every job, as in :meth:`enqueue`.
-
-        Returns one :class:`Enqueued` per payload, in input order.
-        """
-        keys = optional_list(dedupe_keys)
-        code = await self._code(job_type)
-        params = (
-            code,
-            jsonb_document(payloads),
-            keys,
-            priority,
-            *due(run_after),
-            max_attempts,
-            unique_for,
-            optional_list(concurrency_keys),
-            jsonb(with_trace_context(metadata)),
-            parents_document(depends_on),
-            on_parent_failure,
-            batch_id,
-        )
-        return await self._rows(Enqueued, statements.ENQUEUE_MANY, params)
 
     async def claim(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -46,6 +46,9 @@ def optional_list(values: Sequence[T] | None) -> list[T] | None:
 
 
 Parents = Sequence[UUID | int]
+
+# What an enqueue does with the active job holding its dedupe key (job_enqueue's p_on_duplicate).
+OnDuplicate = Literal["keep", "replace", "debounce"]
 
 
 def parents_document(depends_on: Sequence[Parents | None] | None) -> Jsonb | None:

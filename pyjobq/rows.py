@@ -29,10 +29,12 @@ class JobType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """A row of ``job_enqueue``/``job_enqueue_many``: the job and whether this call created it."""
+    """A row of ``job_enqueue``/``job_enqueue_many``: the job, whether this call created it, and
+    whether it changed the pending job holding its key (``on_duplicate`` replace or debounce)."""
 
     job_id: UUID
     created: bool
+    replaced: bool
 
 
 @dataclass(frozen=True, slots=True)

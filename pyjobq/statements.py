@@ -18,22 +18,24 @@ DUE: LiteralString = (
     " else %s::timestamptz end"
 )
 ENQUEUE: LiteralString = (
-    "select job_id, created from pyjobq.job_enqueue(%s::int, %s::jsonb, %s::int, "
+    "select job_id, created, replaced from pyjobq.job_enqueue(%s::int, %s::jsonb, %s::int, "
     + DUE
-    + ", %s::text, %s::int, %s::interval, %s::text, %s::jsonb, %s::uuid[], %s::text, %s::uuid)"
+    + ", %s::text, %s::int, %s::interval, %s::text, %s::jsonb, %s::uuid[], %s::text, %s::uuid,"
+    " %s::text)"
 )
 # The payloads travel as one JSON array document, split into the jsonb[] argument
 # on the server: one encode and one parse, instead of a jsonb value per element
 # escaped into an array literal (2.3x the jobs/s for 20000 jobs).
 ENQUEUE_MANY: LiteralString = (
-    "select job_id, created from pyjobq.job_enqueue_many(%s::int,"
+    "select job_id, created, replaced from pyjobq.job_enqueue_many(%s::int,"
     " array(select p from jsonb_array_elements(%s::jsonb) with ordinality as a(p, i) order by i),"
     " %s::text[], %s::int, " + DUE + ", %s::int, %s::interval, %s::text[], %s::jsonb,"
     " (select array_agg(d order by i)"
     " from jsonb_array_elements(%s::jsonb) with ordinality as a(d, i)),"
-    " %s::text, %s::uuid)"
+    " %s::text, %s::uuid, %s::text)"
     " order by ord"
 )
+UPDATE: LiteralString = "select pyjobq.job_update(%s::uuid, %s::jsonb, %s::int, " + DUE + ")"
 CLAIM: LiteralString = (
     "select job_id, job_type, priority, payload, attempt, max_attempts, dedupe_key,"
     " run_after, lease_until, created_at, lease_token, metadata, parent_results"

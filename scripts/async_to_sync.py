@@ -3,9 +3,9 @@
 
 The two bindings are the same code but for ``async``/``await`` and psycopg's Async classes, so
 only the asyncio one is written by hand: ``aio.py`` (the job calls), ``aio_admin.py`` (set-up and
-administration), ``aio_batches.py`` (batches) and ``aio_calls.py`` (how a call runs), each to its
-``queue`` twin. ``--check``
-exits 1 when a twin is not what this script writes (tests/test_binding.py runs it that way).
+administration), ``aio_batches.py`` (batches), ``aio_enqueue.py`` (adding and changing jobs) and
+``aio_calls.py`` (how a call runs), each to its ``queue`` twin. ``--check`` exits 1 when a twin
+is not what this script writes (tests/test_binding.py runs it that way).
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ MODULES = {
         "queue_batches.py",
         "``Batches``: the synchronous binding of the batch functions.",
     ),
+    "aio_enqueue.py": (
+        "queue_enqueue.py",
+        "``Enqueue``: the synchronous binding of the calls that add jobs and change pending ones.",
+    ),
 }
 
 # Whole words of the asyncio binding and what they are in the synchronous one.
@@ -45,8 +49,10 @@ WORDS = {
     "AsyncQueueAdmin": "QueueAdmin",
     "AsyncCalls": "Calls",
     "AsyncBatches": "Batches",
+    "AsyncEnqueue": "Enqueue",
     "aio_admin": "queue_admin",
     "aio_batches": "queue_batches",
+    "aio_enqueue": "queue_enqueue",
     "aio_calls": "queue_calls",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",

@@ -221,6 +221,63 @@ $$;
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
 
+create function pyjobq._check_payloads(p_payloads jsonb[])
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_bad int;
+begin
+  select min(u.i) into v_bad
+    from unnest(p_payloads) with ordinality as u(payload, i)
+   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
+  if v_bad is not null then
+    raise exception 'p_payloads[%] must be a JSON object', v_bad
+      using errcode = '22023',
+            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_payloads(jsonb[]) is
+  'Raises 22023 naming the first element of p_payloads that is null or not a JSON object.';
+
+-- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
+-- null, or one element per payload, each null or 1..200 non-blank characters.
+create function pyjobq._check_keys(p_name text, p_keys text[], p_count int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_bad int;
+begin
+  if p_keys is null then
+    return;
+  end if;
+  if cardinality(p_keys) <> p_count then
+    raise exception '% must have as many elements as p_payloads', p_name
+      using errcode = '22023',
+            detail = format('p_payloads has %s, %s %s.', p_count, p_name, cardinality(p_keys)),
+            hint = 'Use null elements for jobs without a key.';
+  end if;
+  select min(u.i) into v_bad
+    from unnest(p_keys) with ordinality as u(key, i)
+   where btrim(u.key, E' \t\n\r\f\v') = '' or length(u.key) > 200;
+  if v_bad is not null then
+    raise exception '%[%] must be null or a non-blank text of 1 to 200 characters', p_name, v_bad
+      using errcode = '22023';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_keys(text, text[], int) is
+  'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
+  'of 1 to 200 characters.';
+
 -- A holder's transition without its lease token: the signature of before
 -- tokens. Refused unless the caller owns the schema (it could read the token)
 -- or the install still accepts such calls (job_settings_set).

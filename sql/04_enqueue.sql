@@ -110,12 +110,14 @@ comment on function pyjobq._active_holder(int, text) is
   'The id of the PENDING, RUNNING or WAITING job of type p_job_type holding dedupe key p_dedupe_key; null: none.';
 
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
--- its type holds p_dedupe_key, that job (created false). If the holder ends
--- between the insert and the lookup, try again. With p_unique_for, a job with
--- the key that ended within that window counts as a duplicate too: looked for
--- before the insert, and again after it, in a statement of its own, because
--- the active holder may end while the insert waits for it. Then the insert is
--- undone. job_enqueue and the ticks of schedules enqueue through here.
+-- its type holds p_dedupe_key, that job (created false), changed first as
+-- p_on_duplicate says (_take_duplicate). If the holder ends between the insert
+-- and the lookup, try again. With p_unique_for, an active holder is the
+-- duplicate first, then a job with the key that ended within that window:
+-- looked for before the insert, and again after it, in a statement of its
+-- own, because the active holder may end while the insert waits for it. Then
+-- the insert is undone. job_enqueue and the ticks of schedules enqueue
+-- through here.
 create function pyjobq._enqueue_one(
   p_job_type int,
   p_payload jsonb,
@@ -129,9 +131,10 @@ create function pyjobq._enqueue_one(
   p_metadata jsonb default null,
   p_parents uuid[] default null,
   p_run_on_parent_failure boolean default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (job_id uuid, created boolean)
+returns table (job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -147,16 +150,15 @@ declare
   v_failure text;
   v_read_ids uuid[];
   v_read_statuses smallint[];
+  v_replaced boolean;
 begin
   if p_unique_for is not null then
-    -- An active job with the key is the duplicate first: the one a window-less
-    -- enqueue returns, and the one whose outcome is still to come.
     v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
     if v_id is not null then
-      return query select v_id, false;
+      return query select v_id, false, false;
       return;
     end if;
   end if;
@@ -169,18 +171,16 @@ begin
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
-    -- Born CANCELLED, it would take no key: an active job with the key is
-    -- still the answer, as for any enqueue.
+    -- Born CANCELLED it would take no key: an active holder is the answer.
     if v_status = 5 and p_dedupe_key is not null then
       v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
       if v_id is not null then
-        return query select v_id, false;
+        return query select v_id, false, false;
         return;
       end if;
     end if;
   end if;
   loop
-    -- One id: _new_job_ids's, without the set-returning call that a batch needs.
     v_seq := nextval('pyjobq.job_seq');
     v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
     -- The row in the history's column order; born CANCELLED, it is history at
@@ -210,7 +210,7 @@ begin
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
       if v_ended is not null then
         delete from pyjobq.job d where d.job_id = v_id;
-        return query select v_ended, false;
+        return query select v_ended, false, false;
         return;
       end if;
     end if;
@@ -225,24 +225,26 @@ begin
         perform pyjobq._pending_from(p_run_after, p_now, true);
         perform pyjobq._announce(p_job_type, p_run_after, p_now);
       end if;
-      return query select v_id, true;
+      return query select v_id, true, false;
       return;
     end if;
-    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
+    select d.job_id, d.replaced into v_id, v_replaced
+      from pyjobq._take_duplicate(p_job_type, p_dedupe_key, p_on_duplicate, p_payload, p_priority, p_run_after,
+                                  p_max_attempts, p_concurrency_key, p_metadata, v_row.fair_rank, p_now) d;
     if v_id is not null then
-      return query select v_id, false;
+      return query select v_id, false, v_replaced;
       return;
     end if;
   end loop;
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid, text) is
   'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
   'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
-  'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
-  'counts a new job in batch p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue '
-  'does.';
+  'p_dedupe_key (changed first as p_on_duplicate says, replaced true: see _take_duplicate), or else, with '
+  'p_unique_for, the one that ended last within that window (created false); counts a new job in batch '
+  'p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,
@@ -256,9 +258,10 @@ create function pyjobq.job_enqueue(
   p_metadata jsonb default null,
   p_depends_on uuid[] default null,
   p_on_parent_failure text default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (job_id uuid, created boolean)
+returns table (job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 security definer
@@ -273,6 +276,9 @@ declare
   v_run_on_parent_failure boolean := case when p_on_parent_failure is not null
                                           then pyjobq._check_on_parent_failure(p_on_parent_failure) else false end;
   v_max_attempts int := pyjobq._max_attempts(p_job_type, p_max_attempts, 'enqueue');
+  v_on_duplicate text := case when p_on_duplicate is not null
+                              then pyjobq._check_on_duplicate(p_on_duplicate, p_dedupe_key is not null,
+                                                              p_unique_for is not null) end;
 begin
   -- The arguments given, checked in this order, in one statement (each
   -- statement is an executor run, each call a function's setup): one left out
@@ -291,19 +297,22 @@ begin
   end if;
 
   return query
-    select e.job_id, e.created
+    select e.job_id, e.created, e.replaced
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
                                p_unique_for, p_concurrency_key, p_metadata,
                                case when p_depends_on is not null then pyjobq._check_array('p_depends_on', p_depends_on) end,
-                               v_run_on_parent_failure, p_batch_id) e;
+                               v_run_on_parent_failure, p_batch_id, v_on_duplicate) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid, text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
-  'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
+  'false instead, changed first when p_on_duplicate says so: ''replace'' gives it this call''s payload, priority, '
+  'run_after, max_attempts, concurrency key and metadata, ''debounce'' moves its run_after out to this call''s, '
+  'and either changes only a PENDING job never claimed (replaced true; a claimed one is returned unchanged); '
+  'with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
   'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
   'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
@@ -314,40 +323,6 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'is none, JQ006 when it is closed). '
   'While a worker is asleep (job_worker_idle), notifies channel pyjobq_job on commit with the job type, and '
   '@run_after (seconds since 1970) when the job becomes due later.';
-
--- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
--- null, or one element per payload, each null or 1..200 non-blank characters.
-create function pyjobq._check_keys(p_name text, p_keys text[], p_count int)
-returns void
-language plpgsql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_bad int;
-begin
-  if p_keys is null then
-    return;
-  end if;
-  if cardinality(p_keys) <> p_count then
-    raise exception '% must have as many elements as p_payloads', p_name
-      using errcode = '22023',
-            detail = format('p_payloads has %s, %s %s.', p_count, p_name, cardinality(p_keys)),
-            hint = 'Use null elements for jobs without a key.';
-  end if;
-  select min(u.i) into v_bad
-    from unnest(p_keys) with ordinality as u(key, i)
-   where btrim(u.key, E' \t\n\r\f\v') = '' or length(u.key) > 200;
-  if v_bad is not null then
-    raise exception '%[%] must be null or a non-blank text of 1 to 200 characters', p_name, v_bad
-      using errcode = '22023';
-  end if;
-end;
-$$;
-
-comment on function pyjobq._check_keys(text, text[], int) is
-  'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
-  'of 1 to 200 characters.';
 
 -- job_enqueue_many's rows without parents and without a window, checked by
 -- it: inserted in one statement, the ids drawn beforehand so that inserted
@@ -363,9 +338,10 @@ create function pyjobq._enqueue_rows(
   p_now timestamptz,
   p_concurrency_keys text[],
   p_metadata jsonb,
-  p_batch_id uuid
+  p_batch_id uuid,
+  p_on_duplicate text
 )
-returns table (ord int, job_id uuid, created boolean)
+returns table (ord int, job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -398,7 +374,7 @@ begin
         from input i
        order by i.ord
     )
-    select i.ord, i.new_id, true
+    select i.ord, i.new_id, true, false
       from input i
      order by i.ord;
     perform pyjobq._batch_add(p_batch_id, v_count);
@@ -442,15 +418,17 @@ begin
     ord := v_row.ord;
     job_id := v_row.job_id;
     created := v_row.created;
+    replaced := false;
     if created then
       v_added := v_added + 1;
     end if;
-    if job_id is null then
-      -- The active job holding this key finished while we inserted.
-      select e.job_id, e.created into job_id, created
+    -- The active job holding this key finished while we inserted, or is to
+    -- be changed (one of this call's own, which a later row replaces).
+    if job_id is null or (not created and p_on_duplicate is not null) then
+      select e.job_id, e.created, e.replaced into job_id, created, replaced
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], p_priority, p_run_after,
                                  v_row.dedupe_key, p_max_attempts, p_now, null, p_concurrency_keys[ord],
-                                 p_metadata, null, null, p_batch_id) e;
+                                 p_metadata, null, null, p_batch_id, p_on_duplicate) e;
     end if;
     return next;
   end loop;
@@ -459,9 +437,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid) is
+comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid, text) is
   'job_enqueue_many''s rows without parents and without a window, checked by it: inserted in one statement, in '
-  'input order; a duplicate key yields the active job holding it (created false). Returns every row.';
+  'input order; a duplicate key yields the active job holding it (created false), changed first as '
+  'p_on_duplicate says (replaced true). Returns every row.';
 
 create function pyjobq.job_enqueue_many(
   p_job_type int,
@@ -475,9 +454,10 @@ create function pyjobq.job_enqueue_many(
   p_metadata jsonb default null,
   p_depends_on jsonb[] default null,
   p_on_parent_failure text default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (ord int, job_id uuid, created boolean)
+returns table (ord int, job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 security definer
@@ -493,7 +473,6 @@ declare
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int;
   v_count int := coalesce(cardinality(p_payloads), 0);
-  v_bad int;
   v_row record;
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
   v_ids uuid[] := '{}';
@@ -505,17 +484,11 @@ begin
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
-  select min(u.i) into v_bad
-    from unnest(p_payloads) with ordinality as u(payload, i)
-   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
-  if v_bad is not null then
-    raise exception 'p_payloads[%] must be a JSON object', v_bad
-      using errcode = '22023',
-            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
-  end if;
+  perform pyjobq._check_payloads(p_payloads);
   perform pyjobq._check_keys('p_dedupe_keys', p_dedupe_keys, v_count);
 
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+  p_on_duplicate := pyjobq._check_on_duplicate(p_on_duplicate, p_dedupe_keys is not null, p_unique_for is not null);
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
   perform pyjobq._check_payload('p_metadata', p_metadata);
@@ -531,7 +504,7 @@ begin
   -- Parents without keys: set-based.
   if p_depends_on is not null and p_dedupe_keys is null then
     return query
-      select g.ord, g.job_id, g.created
+      select g.ord, g.job_id, g.created, false
         from pyjobq._enqueue_graph(p_job_type, p_payloads, v_priority, v_run_after, v_max_attempts, v_now,
                                    p_concurrency_keys, p_metadata, p_depends_on, v_run_on_parent_failure,
                                    p_batch_id) g;
@@ -545,7 +518,7 @@ begin
         from unnest(p_payloads) with ordinality as u(payload, i)
        order by u.i
     loop
-      select e.job_id, e.created into job_id, created
+      select e.job_id, e.created, e.replaced into job_id, created, replaced
         from pyjobq._enqueue_one(p_job_type, v_row.payload, v_priority, v_run_after, p_dedupe_keys[v_row.i],
                                  v_max_attempts, v_now,
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
@@ -553,7 +526,7 @@ begin
                                  array(select coalesce(v_ids[r.pos], r.id)
                                          from pyjobq._row_parents(p_depends_on[v_row.i], v_row.i) r
                                         order by r.k),
-                                 v_run_on_parent_failure, p_batch_id) e;
+                                 v_run_on_parent_failure, p_batch_id, p_on_duplicate) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;
       return next;
@@ -564,7 +537,7 @@ begin
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
     return query
-      select u.i::int, e.job_id, e.created
+      select u.i::int, e.job_id, e.created, e.replaced
         from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
@@ -576,18 +549,20 @@ begin
 
   -- Without parents and without a window: set-based.
   return query
-    select r.ord, r.job_id, r.created
+    select r.ord, r.job_id, r.created, r.replaced
       from pyjobq._enqueue_rows(p_job_type, p_payloads, p_dedupe_keys, v_priority, v_run_after, v_max_attempts,
-                                v_now, p_concurrency_keys, p_metadata, p_batch_id) r;
+                                v_now, p_concurrency_keys, p_metadata, p_batch_id, p_on_duplicate) r;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid, text) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
-  'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
+  'with a key as job_enqueue applies it, as p_on_duplicate does (a later row replacing an earlier row''s job of '
+  'the same key); p_concurrency_keys likewise pairs a concurrency key (or null) with '
   'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
   'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
   'same call; p_on_parent_failure and p_batch_id apply to every job, as job_enqueue applies them. Returns one row per payload in input '
-  'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
+  'order: its 1-based position, the job id, whether it was newly created, and whether it replaced the job '
+  'holding its key. Notifies pyjobq_job as '
   'job_enqueue does.';

@@ -3,6 +3,7 @@
 --   02_checks.sql
 --   03_job_types.sql
 --   03_wakeups.sql
+--   04_duplicates.sql
 --   04_enqueue.sql
 --   05_claim.sql
 --   06_limits.sql
@@ -169,7 +170,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 60
+  select 61
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -828,6 +829,63 @@ $$;
 
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
+
+create function pyjobq._check_payloads(p_payloads jsonb[])
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_bad int;
+begin
+  select min(u.i) into v_bad
+    from unnest(p_payloads) with ordinality as u(payload, i)
+   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
+  if v_bad is not null then
+    raise exception 'p_payloads[%] must be a JSON object', v_bad
+      using errcode = '22023',
+            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_payloads(jsonb[]) is
+  'Raises 22023 naming the first element of p_payloads that is null or not a JSON object.';
+
+-- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
+-- null, or one element per payload, each null or 1..200 non-blank characters.
+create function pyjobq._check_keys(p_name text, p_keys text[], p_count int)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_bad int;
+begin
+  if p_keys is null then
+    return;
+  end if;
+  if cardinality(p_keys) <> p_count then
+    raise exception '% must have as many elements as p_payloads', p_name
+      using errcode = '22023',
+            detail = format('p_payloads has %s, %s %s.', p_count, p_name, cardinality(p_keys)),
+            hint = 'Use null elements for jobs without a key.';
+  end if;
+  select min(u.i) into v_bad
+    from unnest(p_keys) with ordinality as u(key, i)
+   where btrim(u.key, E' \t\n\r\f\v') = '' or length(u.key) > 200;
+  if v_bad is not null then
+    raise exception '%[%] must be null or a non-blank text of 1 to 200 characters', p_name, v_bad
+      using errcode = '22023';
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_keys(text, text[], int) is
+  'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
+  'of 1 to 200 characters.';
 
 -- A holder's transition without its lease token: the signature of before
 -- tokens. Refused unless the caller owns the schema (it could read the token)
@@ -1677,6 +1735,175 @@ comment on function pyjobq.job_worker_busy() is
   'Ends this session''s mark of job_worker_idle: producers stop notifying for it. A worker calls it when a claim '
   'comes back full.';
 
+-- Replacing and debouncing ----------------------------------------------------
+
+-- What an enqueue does with the active job of its type that holds its key.
+-- keep (the default) returns it. replace gives it this enqueue's payload,
+-- priority, run_after, max_attempts, concurrency key and metadata, as if it
+-- had been enqueued now (under fair share, behind its key's pending jobs);
+-- debounce moves its run_after out to this enqueue's, never in, and changes
+-- nothing else. Either changes only a PENDING job that was never claimed: a
+-- handler never finds its job changed under it, nor a later attempt what its
+-- steps were made of. The fence is the update's own WHERE: a row a claim took
+-- first is rechecked, no longer matches and is not locked, so a producer's
+-- open transaction never holds a claimed job (nor a WAITING one, which a
+-- parent's completion updates) and stalls no worker. That holder is returned
+-- as it is (replaced false); claims skip a row changed here until the
+-- enqueue commits.
+create function pyjobq._check_on_duplicate(p_on_duplicate text, p_has_key boolean, p_has_window boolean)
+returns text
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if p_on_duplicate is null or p_on_duplicate = 'keep' then
+    return null;
+  elsif p_on_duplicate not in ('replace', 'debounce') then
+    raise exception 'p_on_duplicate must be ''keep'', ''replace'' or ''debounce'''
+      using errcode = '22023',
+            detail = format('p_on_duplicate was %s.', p_on_duplicate),
+            hint = '''keep'' (the default) returns the job holding the key; ''replace'' gives it this enqueue''s '
+                   'arguments; ''debounce'' moves its run_after out.';
+  elsif not p_has_key then
+    raise exception 'p_on_duplicate ''%'' needs a dedupe key', p_on_duplicate
+      using errcode = '22023',
+            hint = 'Pass p_dedupe_key: the job it changes is the one holding that key.';
+  elsif p_has_window then
+    raise exception 'p_on_duplicate ''%'' cannot be combined with p_unique_for', p_on_duplicate
+      using errcode = '22023',
+            hint = 'A job that ended cannot be changed: leave p_unique_for out.';
+  end if;
+  return p_on_duplicate;
+end;
+$$;
+
+comment on function pyjobq._check_on_duplicate(text, boolean, boolean) is
+  'The duplicate policy of an enqueue: null for p_on_duplicate ''keep'' or null, else ''replace'' or '
+  '''debounce'', which need a dedupe key (p_has_key) and no p_unique_for window (p_has_window); 22023 otherwise.';
+
+create function pyjobq._take_duplicate(
+  p_job_type int,
+  p_dedupe_key text,
+  p_on_duplicate text,
+  p_payload jsonb,
+  p_priority int,
+  p_run_after timestamptz,
+  p_max_attempts int,
+  p_concurrency_key text,
+  p_metadata jsonb,
+  p_fair_rank bigint,
+  p_now timestamptz
+)
+returns table (job_id uuid, replaced boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+declare
+  v_id uuid;
+  v_run_after timestamptz;
+begin
+  if p_on_duplicate = 'replace' then
+    update pyjobq.job a
+       set payload = p_payload, priority = p_priority, run_after = p_run_after, max_attempts = p_max_attempts,
+           concurrency_key = p_concurrency_key, metadata = p_metadata, fair_rank = p_fair_rank, updated_at = p_now
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status = 1 and a.attempts = 0
+    returning a.job_id, a.run_after into v_id, v_run_after;
+  elsif p_on_duplicate = 'debounce' then
+    update pyjobq.job a
+       set run_after = greatest(a.run_after, p_run_after), updated_at = p_now
+     where a.job_type = p_job_type and a.dedupe_key = p_dedupe_key and a.status = 1 and a.attempts = 0
+    returning a.job_id, a.run_after into v_id, v_run_after;
+  end if;
+  if v_id is not null then
+    -- Due sooner than it was, it may sort before a claim front, and wake a worker.
+    perform pyjobq._pending_from(v_run_after, p_now, false), pyjobq._announce(p_job_type, v_run_after, p_now);
+    return query select v_id, true;
+    return;
+  end if;
+  return query select pyjobq._active_holder(p_job_type, p_dedupe_key), false;
+end;
+$$;
+
+comment on function pyjobq._take_duplicate(int, text, text, jsonb, int, timestamptz, int, text, jsonb, bigint, timestamptz) is
+  'The active job of type p_job_type holding p_dedupe_key (null: none, the caller inserts its job), with '
+  'replaced true when p_on_duplicate ''replace'' gave it the other arguments (payload, priority, run_after, '
+  'max_attempts, concurrency key, metadata, fair rank), or ''debounce'' moved its run_after out to '
+  'p_run_after; only a PENDING job never claimed is changed.';
+
+-- A pending job changed by id: its payload, priority or run_after. The fence
+-- is _take_duplicate's: only a PENDING job changes, and its payload only while
+-- it was never claimed (its priority and run_after, which no handler reads,
+-- also between attempts: "retry now" is a run_after of now).
+create function pyjobq.job_update(
+  p_job_id uuid,
+  p_payload jsonb default null,
+  p_priority int default null,
+  p_run_after timestamptz default null
+)
+returns text
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_now timestamptz := pyjobq.clock_now();
+  v_type int;
+  v_status smallint;
+  v_run_after timestamptz;
+begin
+  if p_job_id is null then
+    raise exception 'p_job_id must not be null' using errcode = '22004';
+  end if;
+  if p_payload is null and p_priority is null and p_run_after is null then
+    raise exception 'job_update needs p_payload, p_priority or p_run_after'
+      using errcode = '22023',
+            hint = 'Pass what should change; the others stay as they are.';
+  end if;
+  perform case when p_payload is not null then pyjobq._check_payload('p_payload', p_payload) end,
+          case when p_priority is not null then pyjobq._check_range('p_priority', p_priority, 0, 32767) end,
+          pyjobq._check_time('p_run_after', p_run_after, v_now);
+  select j.job_type into v_type from pyjobq.job_all j where j.job_id = p_job_id;
+  if not found then
+    return 'not_found';
+  end if;
+  -- Changing a job is the producers' side of its type, as cancelling it is.
+  perform pyjobq._check_privilege('enqueue', array[v_type]);
+  update pyjobq.job a
+     set payload = coalesce(p_payload, a.payload),
+         priority = coalesce(p_priority, a.priority),
+         run_after = coalesce(p_run_after, a.run_after),
+         fair_rank = case when p_priority is distinct from a.priority and p_priority is not null
+                          then (pyjobq._fair_ranks(a.job_type, p_priority, array[a.concurrency_key], 1, v_now))[1]
+                          else a.fair_rank end,
+         updated_at = v_now
+   where a.job_id = p_job_id and a.status = 1 and (p_payload is null or a.attempts = 0)
+  returning a.run_after into v_run_after;
+  if found then
+    perform pyjobq._pending_from(v_run_after, v_now, false), pyjobq._announce(v_type, v_run_after, v_now),
+            pyjobq._audit('update', 1, jsonb_strip_nulls(jsonb_build_object(
+              'job_ids', array[p_job_id], 'payload', p_payload is not null, 'priority', p_priority,
+              'run_after', p_run_after)));
+    return 'updated';
+  end if;
+  select j.status into v_status from pyjobq.job_all j where j.job_id = p_job_id;
+  return case when v_status in (3, 4, 5) then 'finished'
+              when v_status = 6 then 'waiting'
+              when v_status is null then 'not_found'
+              else 'claimed' end;
+end;
+$$;
+
+comment on function pyjobq.job_update(uuid, jsonb, int, timestamptz) is
+  'Changes a PENDING job: its payload (a JSON object; only while the job was never claimed), priority '
+  '(0..32767) and run_after (within 100 years of now); what is null stays. Returns updated, claimed (RUNNING, or '
+  'a payload asked of a job claimed before: a handler has seen it), waiting (WAITING for its parents), finished '
+  'or not_found; only updated changed anything. Needs the enqueue privilege on the job''s type; an update '
+  'writes a line to the audit log (job_audit).';
+
 -- Enqueue ---------------------------------------------------------------------
 
 -- Job ids are time-ordered, in UUIDv7's layout (version 8 here): 48 bits of
@@ -1789,12 +2016,14 @@ comment on function pyjobq._active_holder(int, text) is
   'The id of the PENDING, RUNNING or WAITING job of type p_job_type holding dedupe key p_dedupe_key; null: none.';
 
 -- One job, its arguments checked: inserted PENDING, or, when an active job of
--- its type holds p_dedupe_key, that job (created false). If the holder ends
--- between the insert and the lookup, try again. With p_unique_for, a job with
--- the key that ended within that window counts as a duplicate too: looked for
--- before the insert, and again after it, in a statement of its own, because
--- the active holder may end while the insert waits for it. Then the insert is
--- undone. job_enqueue and the ticks of schedules enqueue through here.
+-- its type holds p_dedupe_key, that job (created false), changed first as
+-- p_on_duplicate says (_take_duplicate). If the holder ends between the insert
+-- and the lookup, try again. With p_unique_for, an active holder is the
+-- duplicate first, then a job with the key that ended within that window:
+-- looked for before the insert, and again after it, in a statement of its
+-- own, because the active holder may end while the insert waits for it. Then
+-- the insert is undone. job_enqueue and the ticks of schedules enqueue
+-- through here.
 create function pyjobq._enqueue_one(
   p_job_type int,
   p_payload jsonb,
@@ -1808,9 +2037,10 @@ create function pyjobq._enqueue_one(
   p_metadata jsonb default null,
   p_parents uuid[] default null,
   p_run_on_parent_failure boolean default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (job_id uuid, created boolean)
+returns table (job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -1826,16 +2056,15 @@ declare
   v_failure text;
   v_read_ids uuid[];
   v_read_statuses smallint[];
+  v_replaced boolean;
 begin
   if p_unique_for is not null then
-    -- An active job with the key is the duplicate first: the one a window-less
-    -- enqueue returns, and the one whose outcome is still to come.
     v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
     if v_id is null then
       v_id := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
     end if;
     if v_id is not null then
-      return query select v_id, false;
+      return query select v_id, false, false;
       return;
     end if;
   end if;
@@ -1848,18 +2077,16 @@ begin
     v_status := case when v_failure is not null and not p_run_on_parent_failure then 5
                      when v_waiting > 0 then 6
                      else 1 end;
-    -- Born CANCELLED, it would take no key: an active job with the key is
-    -- still the answer, as for any enqueue.
+    -- Born CANCELLED it would take no key: an active holder is the answer.
     if v_status = 5 and p_dedupe_key is not null then
       v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
       if v_id is not null then
-        return query select v_id, false;
+        return query select v_id, false, false;
         return;
       end if;
     end if;
   end if;
   loop
-    -- One id: _new_job_ids's, without the set-returning call that a batch needs.
     v_seq := nextval('pyjobq.job_seq');
     v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
     -- The row in the history's column order; born CANCELLED, it is history at
@@ -1889,7 +2116,7 @@ begin
       v_ended := pyjobq._ended_within(p_job_type, p_dedupe_key, p_unique_for, p_now);
       if v_ended is not null then
         delete from pyjobq.job d where d.job_id = v_id;
-        return query select v_ended, false;
+        return query select v_ended, false, false;
         return;
       end if;
     end if;
@@ -1904,24 +2131,26 @@ begin
         perform pyjobq._pending_from(p_run_after, p_now, true);
         perform pyjobq._announce(p_job_type, p_run_after, p_now);
       end if;
-      return query select v_id, true;
+      return query select v_id, true, false;
       return;
     end if;
-    v_id := pyjobq._active_holder(p_job_type, p_dedupe_key);
+    select d.job_id, d.replaced into v_id, v_replaced
+      from pyjobq._take_duplicate(p_job_type, p_dedupe_key, p_on_duplicate, p_payload, p_priority, p_run_after,
+                                  p_max_attempts, p_concurrency_key, p_metadata, v_row.fair_rank, p_now) d;
     if v_id is not null then
-      return query select v_id, false;
+      return query select v_id, false, v_replaced;
       return;
     end if;
   end loop;
 end;
 $$;
 
-comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid) is
+comment on function pyjobq._enqueue_one(int, jsonb, int, timestamptz, text, int, timestamptz, interval, text, jsonb, uuid[], boolean, uuid, text) is
   'Inserts one PENDING job from checked arguments (WAITING, or CANCELLED, with parents p_parents that have not '
   'all ended, or one ended DEAD or CANCELLED), or returns the active job of p_job_type holding '
-  'p_dedupe_key, or else, with p_unique_for, the one that ended last within that window (created false); '
-  'counts a new job in batch p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue '
-  'does.';
+  'p_dedupe_key (changed first as p_on_duplicate says, replaced true: see _take_duplicate), or else, with '
+  'p_unique_for, the one that ended last within that window (created false); counts a new job in batch '
+  'p_batch_id (locked by the caller); voids claim fronts and announces as every enqueue does.';
 
 create function pyjobq.job_enqueue(
   p_job_type int,
@@ -1935,9 +2164,10 @@ create function pyjobq.job_enqueue(
   p_metadata jsonb default null,
   p_depends_on uuid[] default null,
   p_on_parent_failure text default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (job_id uuid, created boolean)
+returns table (job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 security definer
@@ -1952,6 +2182,9 @@ declare
   v_run_on_parent_failure boolean := case when p_on_parent_failure is not null
                                           then pyjobq._check_on_parent_failure(p_on_parent_failure) else false end;
   v_max_attempts int := pyjobq._max_attempts(p_job_type, p_max_attempts, 'enqueue');
+  v_on_duplicate text := case when p_on_duplicate is not null
+                              then pyjobq._check_on_duplicate(p_on_duplicate, p_dedupe_key is not null,
+                                                              p_unique_for is not null) end;
 begin
   -- The arguments given, checked in this order, in one statement (each
   -- statement is an executor run, each call a function's setup): one left out
@@ -1970,19 +2203,22 @@ begin
   end if;
 
   return query
-    select e.job_id, e.created
+    select e.job_id, e.created, e.replaced
       from pyjobq._enqueue_one(p_job_type, v_payload, v_priority, v_run_after, p_dedupe_key, v_max_attempts, v_now,
                                p_unique_for, p_concurrency_key, p_metadata,
                                case when p_depends_on is not null then pyjobq._check_array('p_depends_on', p_depends_on) end,
-                               v_run_on_parent_failure, p_batch_id) e;
+                               v_run_on_parent_failure, p_batch_id, v_on_duplicate) e;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid) is
+comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid, text) is
   'Adds one PENDING job of registered type p_job_type (payload: a JSON object, default {}; priority 0..32767, '
   'default 100, lower runs first; run_after default now; max_attempts 1..1000, default the type''s policy or 3). With p_dedupe_key '
   '(1..200 chars) an active (PENDING or RUNNING) job of the same type with that key is returned with created = '
-  'false instead; with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
+  'false instead, changed first when p_on_duplicate says so: ''replace'' gives it this call''s payload, priority, '
+  'run_after, max_attempts, concurrency key and metadata, ''debounce'' moves its run_after out to this call''s, '
+  'and either changes only a PENDING job never claimed (replaced true; a claimed one is returned unchanged); '
+  'with p_unique_for (over 0, at most 365 days) also the job of the type with that key that '
   'ended (DONE, DEAD or CANCELLED) within that window. p_concurrency_key (1..200 chars) counts the job against '
   'its type''s per-key concurrency limit. p_metadata (a JSON object) is kept with the job and returned by '
   'job_claim and job_get: traceparent and tracestate carry the enqueue''s W3C trace context. '
@@ -1993,40 +2229,6 @@ comment on function pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, 
   'is none, JQ006 when it is closed). '
   'While a worker is asleep (job_worker_idle), notifies channel pyjobq_job on commit with the job type, and '
   '@run_after (seconds since 1970) when the job becomes due later.';
-
--- A per-payload array of keys (dedupe or concurrency keys) of job_enqueue_many:
--- null, or one element per payload, each null or 1..200 non-blank characters.
-create function pyjobq._check_keys(p_name text, p_keys text[], p_count int)
-returns void
-language plpgsql
-immutable
-set search_path = pg_catalog, pyjobq, pg_temp
-as $$
-declare
-  v_bad int;
-begin
-  if p_keys is null then
-    return;
-  end if;
-  if cardinality(p_keys) <> p_count then
-    raise exception '% must have as many elements as p_payloads', p_name
-      using errcode = '22023',
-            detail = format('p_payloads has %s, %s %s.', p_count, p_name, cardinality(p_keys)),
-            hint = 'Use null elements for jobs without a key.';
-  end if;
-  select min(u.i) into v_bad
-    from unnest(p_keys) with ordinality as u(key, i)
-   where btrim(u.key, E' \t\n\r\f\v') = '' or length(u.key) > 200;
-  if v_bad is not null then
-    raise exception '%[%] must be null or a non-blank text of 1 to 200 characters', p_name, v_bad
-      using errcode = '22023';
-  end if;
-end;
-$$;
-
-comment on function pyjobq._check_keys(text, text[], int) is
-  'Raises 22023 naming p_name unless p_keys is null or has p_count elements, each null or a non-blank text '
-  'of 1 to 200 characters.';
 
 -- job_enqueue_many's rows without parents and without a window, checked by
 -- it: inserted in one statement, the ids drawn beforehand so that inserted
@@ -2042,9 +2244,10 @@ create function pyjobq._enqueue_rows(
   p_now timestamptz,
   p_concurrency_keys text[],
   p_metadata jsonb,
-  p_batch_id uuid
+  p_batch_id uuid,
+  p_on_duplicate text
 )
-returns table (ord int, job_id uuid, created boolean)
+returns table (ord int, job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
@@ -2077,7 +2280,7 @@ begin
         from input i
        order by i.ord
     )
-    select i.ord, i.new_id, true
+    select i.ord, i.new_id, true, false
       from input i
      order by i.ord;
     perform pyjobq._batch_add(p_batch_id, v_count);
@@ -2121,15 +2324,17 @@ begin
     ord := v_row.ord;
     job_id := v_row.job_id;
     created := v_row.created;
+    replaced := false;
     if created then
       v_added := v_added + 1;
     end if;
-    if job_id is null then
-      -- The active job holding this key finished while we inserted.
-      select e.job_id, e.created into job_id, created
+    -- The active job holding this key finished while we inserted, or is to
+    -- be changed (one of this call's own, which a later row replaces).
+    if job_id is null or (not created and p_on_duplicate is not null) then
+      select e.job_id, e.created, e.replaced into job_id, created, replaced
         from pyjobq._enqueue_one(p_job_type, p_payloads[ord], p_priority, p_run_after,
                                  v_row.dedupe_key, p_max_attempts, p_now, null, p_concurrency_keys[ord],
-                                 p_metadata, null, null, p_batch_id) e;
+                                 p_metadata, null, null, p_batch_id, p_on_duplicate) e;
     end if;
     return next;
   end loop;
@@ -2138,9 +2343,10 @@ begin
 end;
 $$;
 
-comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid) is
+comment on function pyjobq._enqueue_rows(int, jsonb[], text[], int, timestamptz, int, timestamptz, text[], jsonb, uuid, text) is
   'job_enqueue_many''s rows without parents and without a window, checked by it: inserted in one statement, in '
-  'input order; a duplicate key yields the active job holding it (created false). Returns every row.';
+  'input order; a duplicate key yields the active job holding it (created false), changed first as '
+  'p_on_duplicate says (replaced true). Returns every row.';
 
 create function pyjobq.job_enqueue_many(
   p_job_type int,
@@ -2154,9 +2360,10 @@ create function pyjobq.job_enqueue_many(
   p_metadata jsonb default null,
   p_depends_on jsonb[] default null,
   p_on_parent_failure text default null,
-  p_batch_id uuid default null
+  p_batch_id uuid default null,
+  p_on_duplicate text default null
 )
-returns table (ord int, job_id uuid, created boolean)
+returns table (ord int, job_id uuid, created boolean, replaced boolean)
 language plpgsql
 volatile
 security definer
@@ -2172,7 +2379,6 @@ declare
   v_run_after timestamptz := coalesce(p_run_after, v_now);
   v_max_attempts int;
   v_count int := coalesce(cardinality(p_payloads), 0);
-  v_bad int;
   v_row record;
   v_run_on_parent_failure boolean := pyjobq._check_on_parent_failure(p_on_parent_failure);
   v_ids uuid[] := '{}';
@@ -2184,17 +2390,11 @@ begin
   perform pyjobq._check_range('p_priority', v_priority, 0, 32767);
   perform pyjobq._check_range('p_max_attempts', v_max_attempts, 1, 1000);
   perform pyjobq._check_time('p_run_after', v_run_after, v_now);
-  select min(u.i) into v_bad
-    from unnest(p_payloads) with ordinality as u(payload, i)
-   where u.payload is null or jsonb_typeof(u.payload) <> 'object';
-  if v_bad is not null then
-    raise exception 'p_payloads[%] must be a JSON object', v_bad
-      using errcode = '22023',
-            hint = 'Every payload must be a JSON object, e.g. {"value": ...}.';
-  end if;
+  perform pyjobq._check_payloads(p_payloads);
   perform pyjobq._check_keys('p_dedupe_keys', p_dedupe_keys, v_count);
 
   perform pyjobq._check_unique_for(p_unique_for, p_dedupe_keys is not null);
+  p_on_duplicate := pyjobq._check_on_duplicate(p_on_duplicate, p_dedupe_keys is not null, p_unique_for is not null);
   p_concurrency_keys := pyjobq._check_array('p_concurrency_keys', p_concurrency_keys);
   perform pyjobq._check_keys('p_concurrency_keys', p_concurrency_keys, v_count);
   perform pyjobq._check_payload('p_metadata', p_metadata);
@@ -2210,7 +2410,7 @@ begin
   -- Parents without keys: set-based.
   if p_depends_on is not null and p_dedupe_keys is null then
     return query
-      select g.ord, g.job_id, g.created
+      select g.ord, g.job_id, g.created, false
         from pyjobq._enqueue_graph(p_job_type, p_payloads, v_priority, v_run_after, v_max_attempts, v_now,
                                    p_concurrency_keys, p_metadata, p_depends_on, v_run_on_parent_failure,
                                    p_batch_id) g;
@@ -2224,7 +2424,7 @@ begin
         from unnest(p_payloads) with ordinality as u(payload, i)
        order by u.i
     loop
-      select e.job_id, e.created into job_id, created
+      select e.job_id, e.created, e.replaced into job_id, created, replaced
         from pyjobq._enqueue_one(p_job_type, v_row.payload, v_priority, v_run_after, p_dedupe_keys[v_row.i],
                                  v_max_attempts, v_now,
                                  case when p_dedupe_keys[v_row.i] is not null then p_unique_for end,
@@ -2232,7 +2432,7 @@ begin
                                  array(select coalesce(v_ids[r.pos], r.id)
                                          from pyjobq._row_parents(p_depends_on[v_row.i], v_row.i) r
                                         order by r.k),
-                                 v_run_on_parent_failure, p_batch_id) e;
+                                 v_run_on_parent_failure, p_batch_id, p_on_duplicate) e;
       v_ids := v_ids || job_id;
       ord := v_row.i;
       return next;
@@ -2243,7 +2443,7 @@ begin
   -- A window over ended jobs: one job at a time, each as job_enqueue takes it.
   if p_unique_for is not null then
     return query
-      select u.i::int, e.job_id, e.created
+      select u.i::int, e.job_id, e.created, e.replaced
         from unnest(p_payloads, p_dedupe_keys) with ordinality as u(payload, dedupe_key, i)
        cross join lateral pyjobq._enqueue_one(p_job_type, u.payload, v_priority, v_run_after, u.dedupe_key,
                                               v_max_attempts, v_now,
@@ -2255,20 +2455,22 @@ begin
 
   -- Without parents and without a window: set-based.
   return query
-    select r.ord, r.job_id, r.created
+    select r.ord, r.job_id, r.created, r.replaced
       from pyjobq._enqueue_rows(p_job_type, p_payloads, p_dedupe_keys, v_priority, v_run_after, v_max_attempts,
-                                v_now, p_concurrency_keys, p_metadata, p_batch_id) r;
+                                v_now, p_concurrency_keys, p_metadata, p_batch_id, p_on_duplicate) r;
 end;
 $$;
 
-comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid) is
+comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid, text) is
   'Adds up to 100000 jobs of one type in one call, with job_enqueue''s checks, defaults and dedupe; '
   'p_dedupe_keys, when given, pairs a key (or null) with each payload, and p_unique_for applies to the rows '
-  'with a key as job_enqueue applies it; p_concurrency_keys likewise pairs a concurrency key (or null) with '
+  'with a key as job_enqueue applies it, as p_on_duplicate does (a later row replacing an earlier row''s job of '
+  'the same key); p_concurrency_keys likewise pairs a concurrency key (or null) with '
   'each payload; p_metadata is every job''s metadata, as job_enqueue keeps it. p_depends_on pairs with each '
   'payload null or a JSON array of its parents: job ids, or the 1-based positions of earlier payloads of the '
   'same call; p_on_parent_failure and p_batch_id apply to every job, as job_enqueue applies them. Returns one row per payload in input '
-  'order: its 1-based position, the job id, and whether it was newly created. Notifies pyjobq_job as '
+  'order: its 1-based position, the job id, whether it was newly created, and whether it replaced the job '
+  'holding its key. Notifies pyjobq_job as '
   'job_enqueue does.';
 
 -- Claim -----------------------------------------------------------------------
@@ -7953,9 +8155,9 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.clock_now()',
    '{pyjobq_producer,pyjobq_worker,pyjobq_observer,pyjobq_admin}'),
-  ('pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid)',
+  ('pyjobq.job_enqueue(int, jsonb, int, timestamptz, text, int, interval, text, jsonb, uuid[], text, uuid, text)',
    '{pyjobq_producer}'),
-  ('pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid)',
+  ('pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamptz, int, interval, text[], jsonb, jsonb[], text, uuid, text)',
    '{pyjobq_producer}'),
   ('pyjobq.job_batch_open(jsonb)',
    '{pyjobq_producer}'),
@@ -8022,6 +8224,8 @@ insert into pyjobq.api_grant (function, roles) values
   ('pyjobq.job_batch_get(uuid)',
    '{pyjobq_producer,pyjobq_observer,pyjobq_admin}'),
   ('pyjobq.job_cancel(uuid[])',
+   '{pyjobq_producer,pyjobq_admin}'),
+  ('pyjobq.job_update(uuid, jsonb, int, timestamptz)',
    '{pyjobq_producer,pyjobq_admin}'),
   ('pyjobq.job_watch(uuid[])',
    '{pyjobq_producer,pyjobq_admin}'),

@@ -29,7 +29,7 @@ Conn = psycopg.Connection[Any]
 
 def test_enqueue_with_literals_applies_the_defaults(conn: Conn) -> None:
     freeze(conn, FROZEN)
-    job_id, created = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}')")
+    job_id, created = one_row(conn, "select job_id, created from pyjobq.job_enqueue(1, '{}')")
     assert created is True
     row = conn.execute(
         "select status, priority, payload, attempts, max_attempts, run_after, created_at"
@@ -42,15 +42,23 @@ def test_enqueue_with_literals_applies_the_defaults(conn: Conn) -> None:
 def test_active_duplicate_returns_the_existing_job_and_key_is_reusable_after_done(
     conn: Conn,
 ) -> None:
-    first = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
-    again = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+    first = one_row(
+        conn, "select job_id, created from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
+    )
+    again = one_row(
+        conn, "select job_id, created from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
+    )
     assert first[1] is True
     assert again == (first[0], False)
     claim(conn)
-    running = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+    running = one_row(
+        conn, "select job_id, created from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
+    )
     assert running == (first[0], False)
     conn.execute("select pyjobq.job_complete(%s, 'w1', 1)", (first[0],))
-    fresh = one_row(conn, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+    fresh = one_row(
+        conn, "select job_id, created from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')"
+    )
     assert fresh[1] is True
     assert fresh[0] != first[0]
 
@@ -116,7 +124,11 @@ def test_sixteen_concurrent_enqueuers_of_one_key_share_one_job(make_conn: Any) -
         def run() -> None:
             barrier.wait()
             results.append(
-                one_row(c, "select * from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')")
+                one_row(
+                    c,
+                    "select job_id, created"
+                    " from pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'same')",
+                )
             )
 
         return run
@@ -195,7 +207,7 @@ def test_job_ids_are_time_ordered_unique_and_follow_the_claim_order(conn: Conn) 
 
 def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
     freeze(conn, "1960-01-01T00:00:00+00:00")
-    job_id, created = one_row(conn, "select * from pyjobq.job_enqueue(1)")
+    job_id, created = one_row(conn, "select job_id, created from pyjobq.job_enqueue(1)")
     assert created is True
     assert job_id.version == 8
 

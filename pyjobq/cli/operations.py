@@ -1,4 +1,4 @@
-"""Commands that act on a queue's jobs: reap, redrive, cancel, signal, prune."""
+"""Commands that act on a queue's jobs: reap, redrive, cancel, update, signal, prune."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from uuid import UUID
 
 import click
 
-from pyjobq.cli.common import dsn_option, fail, parse_duration, queue, resolve_type
+from pyjobq.cli.common import (
+    dsn_option,
+    fail,
+    parse_duration,
+    parse_json_object,
+    queue,
+    resolve_type,
+)
 from pyjobq.cli.group import main
 
 
@@ -58,6 +65,29 @@ def cancel(dsn: str | None, job_ids: tuple[str, ...]) -> None:
         rows = q.cancel(ids)
     for row in rows:
         click.echo(f"{row.job_id} {row.outcome}")
+
+
+@main.command()
+@dsn_option
+@click.argument("job_id", type=click.UUID)
+@click.option("--payload", help="a JSON object: the new payload (only of a job never claimed)")
+@click.option("--priority", type=click.IntRange(0, 32767), help="the new priority")
+@click.option("--delay", help="due this long from now, e.g. 0s (run it now), 5m")
+def update(
+    dsn: str | None, job_id: UUID, payload: str | None, priority: int | None, delay: str | None
+) -> None:
+    """Change a PENDING job (job_update): its payload, priority or when it is due. Prints the id
+    and the outcome; exit 0 when updated, 1 when the job was claimed, waiting for its parents,
+    finished or not found (nothing changed)."""
+    body = None if payload is None else parse_json_object(payload, "--payload")
+    due = None if delay is None else parse_duration(delay)
+    if body is None and priority is None and due is None:
+        raise click.UsageError("give --payload, --priority or --delay")
+    with queue(dsn) as q:
+        outcome = q.update(job_id, body, priority, due)
+    click.echo(f"{job_id} {outcome}")
+    if outcome != "updated":
+        fail(f"job {job_id} was not changed: {outcome}")
 
 
 @main.command()

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +25,8 @@ from pyjobq.cli.common import (
     resolve_type,
 )
 from pyjobq.cli.group import main
+from pyjobq.params import OnDuplicate
+from pyjobq.rows import Enqueued
 
 # The dev server's port unless --port says otherwise: the same URL every time it starts.
 DEV_SERVER_PORT = 54320
@@ -79,6 +81,11 @@ def migrate(dsn: str | None) -> None:
     help="when a parent ends DEAD or CANCELLED [default: cancel]",
 )
 @click.option("--batch", "batch_id", type=click.UUID, help="join this open batch (job_batch_open)")
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["keep", "replace", "debounce"]),
+    help="what becomes of a PENDING job holding the key, if never claimed [default: keep]",
+)
 def enqueue(
     dsn: str | None,
     job_type: str,
@@ -93,21 +100,24 @@ def enqueue(
     depends_on: tuple[UUID, ...],
     on_parent_failure: str | None,
     batch_id: UUID | None,
+    on_duplicate: OnDuplicate | None,
 ) -> None:
     """Add a job of JOB_TYPE (code or name) with a JSON object PAYLOAD.
 
     With PAYLOAD `-`, read one JSON object per line from stdin and add them all in one
     call (job_enqueue_many); a line may carry its own key as {"payload": {...},
-    "dedupe_key": "..."} when --dedupe-key is not used. --depends-on and --batch apply to
-    every job. Prints the job ids.
+    "dedupe_key": "..."} when --dedupe-key is not used. --depends-on, --batch and
+    --on-duplicate apply to every job. Prints the job ids, each created, replaced (the pending
+    job holding its key, changed) or existing.
     """
     parents = list(depends_on) or None
+    due: datetime | timedelta | None = run_after
     if delay is not None:
         if run_after is not None:
             raise click.UsageError("give --run-after or --delay, not both")
-        run_after = datetime.now().astimezone() + parse_duration(delay)
+        due = parse_duration(delay)  # from now on the database's clock
     elif run_after is not None and run_after.tzinfo is None:
-        run_after = run_after.astimezone()
+        due = run_after.astimezone()
     window = None if unique_for is None else parse_duration(unique_for)
     if payload == "-":
         payloads, keys = read_json_lines(sys.stdin)
@@ -120,15 +130,16 @@ def enqueue(
                 payloads,
                 keys,
                 priority,
-                run_after,
+                due,
                 max_attempts,
                 window,
                 depends_on=None if parents is None else [parents] * len(payloads),
                 on_parent_failure=on_parent_failure,
                 batch_id=batch_id,
+                on_duplicate=on_duplicate,
             )
         for row in rows:
-            click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
+            click.echo(f"{row.job_id}\t{what_became(row)}")
         click.echo(f"{sum(r.created for r in rows)} of {len(rows)} jobs created", err=True)
         return
     body = parse_json_object(payload, "PAYLOAD")
@@ -138,7 +149,7 @@ def enqueue(
             code,
             body,
             priority,
-            run_after,
+            due,
             dedupe_key,
             max_attempts,
             window,
@@ -146,8 +157,14 @@ def enqueue(
             depends_on=parents,
             on_parent_failure=on_parent_failure,
             batch_id=batch_id,
+            on_duplicate=on_duplicate,
         )
-    click.echo(f"{row.job_id}\t{'created' if row.created else 'existing'}")
+    click.echo(f"{row.job_id}\t{what_became(row)}")
+
+
+def what_became(row: Enqueued) -> str:
+    """How an enqueue's row reads: created, replaced or existing."""
+    return "created" if row.created else "replaced" if row.replaced else "existing"
 
 
 def read_json_lines(lines: Iterable[str]) -> tuple[list[dict[str, Any]], list[str | None] | None]:

@@ -536,6 +536,54 @@ def test_a_job_page_shows_its_steps_and_waits_and_sends_the_signal_it_waits_for(
     assert one(conn, "select job_id from pyjobq.job_claim('w-2', 1)") == job_id
 
 
+def test_an_admin_pauses_and_resumes_a_type_from_the_overview(
+    conn: Conn, login_role: Callable[..., str], page: Any, tmp_path: Path
+) -> None:
+    """The overview says which types the claims take; with actions allowed, an admin pauses and
+    resumes one there, audited in the dashboard's name. A read-only dashboard and an observer's
+    offer neither, and refuse the POST."""
+    conn.execute("select pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[3]))")
+    conn.execute("select pyjobq.job_enqueue(2, '{}')")
+    paused = "select paused_at is not null from pyjobq.job_type where job_type = 1"
+    admin = login_role("pyjobq_admin")
+    for role, flags in ((admin, ()), (login_role("pyjobq_observer"), ("--allow-actions",))):
+        with dashboard(role, *flags) as base:
+            page.goto(base)
+            assert (
+                page.locator("#counts tr[data-type='SEARCH'] td.claims .claim-state").inner_text()
+                == "taken"
+            )
+            assert page.locator("[data-pause]").count() == 0
+            csrf = page.locator("meta[name=csrf]").get_attribute("content")
+            assert forged_post(page, f"{base}/types/1/pause", csrf=csrf) == 403
+    assert one(conn, paused) is False
+    with dashboard(admin, "--allow-actions") as base:
+        page.goto(base)
+        csrf = page.locator("meta[name=csrf]").get_attribute("content")
+        assert forged_post(page, f"{base}/types/1/pause") == 403  # no CSRF proof
+        assert forged_post(page, f"{base}/types/999/pause", csrf=csrf) == 400
+        page.click("[data-pause='SEARCH']")
+        playwright.expect(page.locator("#notice")).to_contain_text("type 1 paused")
+        cell = page.locator("#counts tr[data-type='SEARCH'] td.claims .claim-state")
+        assert cell.inner_text().startswith("paused since ")
+        assert (
+            page.locator("#counts tr[data-type='OUTBOX'] td.claims .claim-state").inner_text()
+            == "taken"
+        )
+        shoot(page, "pause", tmp_path)
+        assert one(conn, paused) is True
+        assert conn.execute("select job_type from pyjobq.job_claim('w', 10)").fetchall() == [(2,)]
+        page.click("[data-resume='SEARCH']")
+        playwright.expect(page.locator("#notice")).to_contain_text("type 1 resumed")
+    assert one(conn, paused) is False
+    assert one(conn, "select count(*) from pyjobq.job_claim('w', 10)") == 3
+    audit = conn.execute("select action, actor, detail from pyjobq.audit_log order by audit_id")
+    assert audit.fetchall() == [
+        ("pause", "dashboard 127.0.0.1", {"job_type": 1}),
+        ("resume", "dashboard 127.0.0.1", {"job_type": 1}),
+    ]
+
+
 def test_the_jobs_list_takes_names_and_shows_each_error_s_last_line(
     conn: Conn, login_role: Callable[..., str], page: Any
 ) -> None:

@@ -16,7 +16,8 @@ from pyjobq.cli.group import main
 @click.option(
     "--allow-actions",
     is_flag=True,
-    help="offer cancel, redrive and prune (to a role that may call them); else read-only",
+    help="offer cancel, redrive, prune, signals, pause and resume (to a role that may call them);"
+    " else read-only",
 )
 @click.option(
     "--allow-remote",
@@ -61,8 +62,8 @@ def dashboard(
     """Serve the dashboard: counts, throughput, workers, jobs, each job, the audit log.
 
     It connects with the role the DSN names and shows what that role may call; cancel,
-    redrive and prune only with --allow-actions. It listens on loopback unless given
-    --allow-remote and a --token, and answers only requests sent to its own names.
+    redrive, prune, signals, pause and resume only with --allow-actions. It listens on loopback
+    unless given --allow-remote and a --token, and answers only requests sent to its own names.
     """
     try:
         from pyjobq.dashboard import DashboardSettings, serve

@@ -126,6 +126,7 @@ def create_app(settings: DashboardSettings) -> Starlette:
         Route("/jobs/{job_id}", views.job),
         Route("/jobs/{job_id}/signal", views.job_signal, methods=["POST"]),
         Route("/jobs/{job_id}/{action}", views.job_action, methods=["POST"]),
+        Route("/types/{job_type}/{action}", views.type_action, methods=["POST"]),
         Route("/actions/preview", views.bulk_preview),
         Route("/actions/run", views.bulk_run, methods=["POST"]),
         Route("/prune", views.prune_form),

@@ -19,8 +19,9 @@ class UnsafeListen(ValueError):
 @dataclass(frozen=True)
 class DashboardSettings:
     """``dsn``: the database, reached with whatever role it names. ``allow_actions``: show
-    and accept cancel, redrive and prune (the role must also hold them). ``token``: when set,
-    every request must carry it (``Authorization: Bearer``, or the cookie ``/login`` sets).
+    and accept cancel, redrive, prune, signals, pause and resume (the role must also hold
+    them). ``token``: when set, every request must carry it (``Authorization: Bearer``, or the
+    cookie ``/login`` sets).
     ``actor_header``: a request header an authenticating proxy sets to its user (e.g.
     ``X-Forwarded-User``), named in audit lines; trusted only when given. ``refresh_seconds``:
     how often the overview updates itself. ``hosts``: the names a request's ``Host`` may

@@ -31,8 +31,13 @@ FUNCTIONS = {
     "job_redrive": "uuid[], int, int",
     "job_prune": "interval, int",
     "job_prune_estimate": "interval",
+    "job_type_policies": "",
+    "job_type_pause": "int",
+    "job_type_resume": "int",
 }
-ACTIONS = frozenset({"job_cancel", "job_redrive", "job_prune", "job_signal"})
+ACTIONS = frozenset(
+    {"job_cancel", "job_redrive", "job_prune", "job_signal", "job_type_pause", "job_type_resume"}
+)
 # What a hot standby cannot answer besides the actions: the per-minute counts are unlogged (they
 # cost no WAL per job), so only the primary has them.
 PRIMARY_ONLY = ACTIONS | {"job_throughput", "job_workers", "job_prune_estimate"}

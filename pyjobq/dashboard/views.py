@@ -90,6 +90,10 @@ async def overview_context(board: Dashboard) -> dict[str, Any]:
         "failure_rate": charts.failure_rate(series) if series else None,
         "finished_last_hour": sum(m.completed + m.failed for m in series),
         "workers": await board.queue.workers() if board.may("job_workers") else [],
+        "paused": {
+            p.job_type: p.paused_at
+            for p in (await board.queue.type_policies() if board.may("job_type_policies") else [])
+        },
         "now": now,
     }
 
@@ -252,6 +256,27 @@ async def job_action(request: Request) -> Response:
     acted(request, action, changed, job_id=str(job_id))
     verb = {"cancel": "cancelled", "redrive": "redriven"}[action]
     return back_to(f"/jobs/{job_id}", f"{verb}" if changed else f"not {verb}: nothing to do")
+
+
+async def type_action(request: Request) -> Response:
+    """Pause or resume a job type from the overview (``job_type_pause``, ``job_type_resume``,
+    audited in the name of the actor)."""
+    action = request.path_params["action"]
+    function = {"pause": "job_type_pause", "resume": "job_type_resume"}.get(action)
+    fields = await form(request)
+    if function is None:
+        return problem(request, 404, f"no action {action}")
+    if (no := refused(request, fields, function)) is not None:
+        return no
+    try:
+        code = int(request.path_params["job_type"])
+        async with bulk.acting_as(dashboard(request).pool, actor(request)) as queue:
+            changed = await (queue.type_pause if action == "pause" else queue.type_resume)(code)
+    except (ValueError, PyjobqError) as e:
+        return problem(request, 400, f"not a job type: {e}")
+    acted(request, action, 0, job_type=str(code))
+    done = {"pause": ("paused", "was paused already"), "resume": ("resumed", "was not paused")}
+    return back_to("/", f"type {code} {done[action][0 if changed else 1]}")
 
 
 async def job_signal(request: Request) -> Response:

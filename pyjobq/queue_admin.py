@@ -30,6 +30,12 @@ class QueueAdmin(Calls):
         """``job_type_register``: register an application job type code (1..32767) and its name."""
         return self._one(RegisteredType, statements.TYPE_REGISTER, (job_type, name))
 
+    def type_allocate(self, name: str) -> RegisteredType:
+        """``job_type_allocate``: the type registered as ``name``, registered first under the
+        smallest free code from 1000 on when there is none (``created``); safe when two
+        deploys allocate at once."""
+        return self._one(RegisteredType, statements.TYPE_ALLOCATE, (name,))
+
     def type_grant(self, job_type: int | str, role: str, privilege: str) -> bool:
         """``job_type_grant``: let the members of ``role`` enqueue, work or observe (``privilege``)
         the jobs of ``job_type``; from a type's first grant of a privilege, only the roles

@@ -169,6 +169,9 @@ AUDIT: LiteralString = (
 TYPE_REGISTER: LiteralString = (
     "select job_type, name, created from pyjobq.job_type_register(%s::int, %s::text)"
 )
+TYPE_ALLOCATE: LiteralString = (
+    "select job_type, name, created from pyjobq.job_type_allocate(%s::text)"
+)
 TYPES: LiteralString = "select job_type, name from pyjobq.job_types()"
 TYPE_CODE: LiteralString = "select pyjobq.job_type_code(%s::text)"
 TYPE_SET_POLICY: LiteralString = (

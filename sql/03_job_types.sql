@@ -34,6 +34,53 @@ $$;
 comment on function pyjobq.job_type_register(int, text) is
   'Registers job type code p_job_type (1..32767) under p_name; idempotent for the same pair, JQ004 when either is taken by another.';
 
+-- A type declared by name alone (a task whose code nobody chose): the code of
+-- the type registered as p_name, or the smallest free code from 1000 on,
+-- registered for it. Two sessions that pick the same code meet at the primary
+-- key: the later one's insert waits for the earlier, then finds the code taken
+-- and picks the next; two that register the same name meet at its unique
+-- index and both return the one code.
+create function pyjobq.job_type_allocate(p_name text)
+returns table (job_type int, name text, created boolean)
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pyjobq, pg_temp
+set lock_timeout = '5s'
+as $$
+declare
+  v_code int;
+begin
+  perform pyjobq._check_text('p_name', p_name, 63, false);
+  loop
+    select t.job_type into v_code from pyjobq.job_type t where t.name = p_name;
+    if found then
+      return query select v_code, p_name, false;
+      return;
+    end if;
+    select min(c.code) into v_code
+      from generate_series(1000, 32767) c(code)
+     where not exists (select from pyjobq.job_type t where t.job_type = c.code);
+    if v_code is null then
+      raise exception 'no job type code is left from 1000 to 32767 for %', p_name
+        using errcode = '54000',
+              hint = 'Register the type under a code below 1000 with job_type_register(code, name).';
+    end if;
+    insert into pyjobq.job_type as t (job_type, name)
+    values (v_code, p_name)
+    on conflict do nothing;
+    if found then
+      return query select v_code, p_name, true;
+      return;
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pyjobq.job_type_allocate(text) is
+  'The code of the job type named p_name (1..63 characters), registering it first under the smallest free code '
+  'from 1000 on when no type has that name (created true); safe when sessions allocate at once.';
+
 create function pyjobq.job_types()
 returns table (job_type int, name text)
 language sql

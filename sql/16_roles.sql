@@ -126,6 +126,8 @@ insert into pyjobq.api_grant (function, roles) values
    '{pyjobq_admin}'),
   ('pyjobq.job_type_register(int, text)',
    '{pyjobq_admin}'),
+  ('pyjobq.job_type_allocate(text)',
+   '{pyjobq_admin}'),
   ('pyjobq.job_type_grant(int, text, text)',
    '{pyjobq_admin}'),
   ('pyjobq.job_type_revoke(int, text, text)',

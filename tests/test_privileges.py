@@ -133,6 +133,7 @@ ALLOWED = {
         "job_prune_estimate",
         "job_history_maintain",
         "job_type_register",
+        "job_type_allocate",
         "job_type_grant",
         "job_type_revoke",
         "job_type_grants",

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -11,7 +15,7 @@ import pytest
 from pyjobq import JobQueue
 from pyjobq.tasks import Tasks
 from pyjobq.worker import Worker
-from tests.sqlhelp import one
+from tests.sqlhelp import FROZEN, freeze, one, run_threads
 from tests.workerhelp import running, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -90,3 +94,89 @@ def test_a_type_is_declared_once() -> None:
         again.task(7, "OTHER")(send_email.function)
     with pytest.raises(ValueError, match="declared twice"):
         again.task(8, "ONE")(send_email.function)
+    with pytest.raises(ValueError, match="declared twice"):
+        again.task("ONE")(send_email.function)
+    with pytest.raises(TypeError, match="needs its name"):
+        again.task(9)(send_email.function)
+
+
+named = Tasks()
+
+
+@named.task("RESIZE_IMAGE", max_attempts=4)
+def resize(path: str, width: int = 800) -> dict[str, Any]:
+    return {"resized": path, "width": width}
+
+
+@named.task("NOTIFY")
+def notify(user: int) -> None:
+    pass
+
+
+def test_a_task_declared_by_name_gets_its_code_from_the_database(dsn: str, conn: Conn) -> None:
+    """install allocates each name a code from 1000 on, the same one every time; the enqueue
+    and the worker find the type by its name."""
+    named.install(conn)
+    named.install(conn)
+    codes = dict(conn.execute("select name, job_type from pyjobq.job_type where job_type >= 1000"))
+    assert codes == {"RESIZE_IMAGE": 1000, "NOTIFY": 1001}
+    policy = {p.name: p for p in JobQueue(conn).type_policies()}["RESIZE_IMAGE"]
+    assert policy.max_attempts == 4
+    resize.enqueue(conn, "a.png")
+    notify.options(delay=timedelta(hours=1)).enqueue(conn, 7)  # not due: the worker leaves it
+    with running(Worker(dsn, named.handlers())) as r:
+        wait_for(lambda: statuses(conn) == {3: 1, 1: 1}, "the resize DONE")
+        r.stop()
+    assert one(conn, "select result from pyjobq.job_all where job_type = 1000") == {
+        "resized": "a.png",
+        "width": 800,
+    }
+
+
+def test_options_give_one_enqueue_its_key_delay_priority_and_parents(conn: Conn) -> None:
+    freeze(conn, FROZEN)
+    tasks.install(conn)
+    first = send_email.options(dedupe_key="ada", priority=3).enqueue(conn, "ada@example.com")
+    again = send_email.options(dedupe_key="ada", on_duplicate="replace").enqueue(
+        conn, "ada@example.com", subject="newer"
+    )
+    assert (again.job_id, again.replaced) == (first.job_id, True)
+    later = ship_order.options(delay=timedelta(minutes=5), depends_on=[first.job_id]).enqueue(
+        conn, 8
+    )
+    rows = conn.execute(
+        "select job_id, priority, run_after, status, payload from pyjobq.job_all order by seq"
+    ).fetchall()
+    assert rows == [
+        (first.job_id, 100, FROZEN, 1, {"to": "ada@example.com", "subject": "newer"}),
+        (later.job_id, 10, FROZEN + timedelta(minutes=5), 6, {"order": 8}),
+    ]  # replace gave the job this enqueue's priority, the task's default; ship_order keeps its 10
+    assert send_email.enqueue_options == {}  # options made copies
+    with pytest.raises(TypeError, match="run_after or delay"):
+        send_email.options(delay=timedelta(1), run_after=FROZEN)
+
+
+def test_deploys_allocating_at_once_agree_on_every_code(
+    conn: Conn, make_conn: Callable[[], Conn]
+) -> None:
+    """Eight sessions allocate the same twelve names at once, each in its own order: every name
+    gets one code, no two names share one, and every session was told the same codes."""
+    names = [f"TYPE_{i}" for i in range(12)]
+    barrier = threading.Barrier(8)
+    told: list[dict[str, int]] = []
+
+    def deploy(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            q = JobQueue(make_conn())
+            mine = random.Random(seed).sample(names, len(names))
+            barrier.wait()
+            told.append({n: q.type_allocate(n).job_type for n in mine})
+
+        return run
+
+    run_threads([deploy(seed) for seed in range(8)])
+    codes = dict(conn.execute("select name, job_type from pyjobq.job_type where job_type >= 1000"))
+    assert sorted(codes.values()) == list(range(1000, 1012))
+    assert all(t == codes for t in told)
+    created = conn.execute("select count(*) from pyjobq.job_type where name like 'TYPE_%'")
+    assert created.fetchone() == (12,)

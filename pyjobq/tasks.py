@@ -36,7 +36,7 @@ from pyjobq.aio import AsyncJobQueue
 from pyjobq.params import OnDuplicate, Payload
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, Enqueued
-from pyjobq.worker import Handler
+from pyjobq.worker import Handler, Handlers
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -215,10 +215,13 @@ class Tasks:
                 code = queue.type_register(declared.code, declared.name).job_type
             queue.type_set_policy(code, **declared.policy)
 
-    def handlers(self) -> dict[int | str, Handler]:
+    def handlers(self) -> Handlers:
         """The worker's handler table: each task's job type (its code, or its name when the
-        database allocates the code) to its handler."""
-        return {
-            declared.name if declared.code is None else declared.code: declared.handler()
-            for declared in self._tasks.values()
-        }
+        database allocates the code) to its handler, with the policy it was declared with: the
+        worker refuses to start while the database has another (the tasks were not
+        installed)."""
+        tasks = {t.name if t.code is None else t.code: t for t in self._tasks.values()}
+        return Handlers(
+            {key: t.handler() for key, t in tasks.items()},
+            {key: t.policy for key, t in tasks.items()},
+        )

@@ -180,3 +180,19 @@ def test_deploys_allocating_at_once_agree_on_every_code(
     assert all(t == codes for t in told)
     created = conn.execute("select count(*) from pyjobq.job_type where name like 'TYPE_%'")
     assert created.fetchone() == (12,)
+
+
+def test_a_worker_will_not_start_with_a_policy_that_never_reached_the_database(
+    dsn: str, conn: Conn
+) -> None:
+    """Declared with max_attempts=5 and never installed, a task would run under the policy the
+    database has: the worker names the difference and starts nothing."""
+    tasks.install(conn)
+    JobQueue(conn).type_set_policy(100, max_attempts=3, timeout_seconds=60)
+    with pytest.raises(ValueError, match="job type 100 did not reach the database") as refused:
+        Worker(dsn, tasks.handlers()).run()
+    assert "max_attempts is 3 there, 5 declared" in str(refused.value)
+    assert "backoff_base_seconds is 2.0 there, 30 declared" in str(refused.value)
+    tasks.install(conn)
+    with running(Worker(dsn, tasks.handlers())) as r:
+        r.stop()

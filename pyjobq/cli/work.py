@@ -150,7 +150,7 @@ def worker(
     --shutdown-timeout to finish. A second signal stops at once.
     """
     from pyjobq import logs
-    from pyjobq.worker import Worker
+    from pyjobq.worker import Handlers, Worker
 
     config = worker_config(settings)
     logs.configure(log_level, log_format)
@@ -160,7 +160,10 @@ def worker(
     # ``obj``, a function to wrap every handler in: the only use of ``obj`` in any command.
     wrap: Callable[[Handler], Handler] | None = click.get_current_context().obj
     if wrap is not None:
-        table = {t: wrap(h) for t, h in table.items()}
+        if isinstance(table, Handlers):
+            table = table.wrapped(wrap)
+        else:
+            table = {t: wrap(h) for t, h in table.items()}
     types = None if only is None else [as_type(t) for t in only.split(",")]
     hooks = None if metrics_port is None else serve_metrics(metrics_host, metrics_port)
     w = Worker(resolve_dsn(dsn), table, config, job_types=types, hooks=hooks)

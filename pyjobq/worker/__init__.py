@@ -48,6 +48,7 @@ no database error stops the worker, only :meth:`Worker.stop` (or a signal) does:
 
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.context import JobContext, SyncJobContext, job_context, sync_job_context
+from pyjobq.worker.handlers import Handlers
 from pyjobq.worker.outcomes import (
     DeadLetter,
     Retry,
@@ -63,6 +64,7 @@ __all__ = [
     "AsyncHandler",
     "DeadLetter",
     "Handler",
+    "Handlers",
     "JobContext",
     "Retry",
     "Snooze",

@@ -23,6 +23,7 @@ from pyjobq.migrate import check_schema_version
 from pyjobq.worker.claiming import MAX_FLUSHES, Claimer, Listener
 from pyjobq.worker.completing import Completer
 from pyjobq.worker.config import WorkerConfig
+from pyjobq.worker.handlers import Handlers, policy_mismatches
 from pyjobq.worker.leases import Heartbeat, Reaper
 from pyjobq.worker.outcomes import Outcomes
 from pyjobq.worker.running import Handler, Runner, is_async, lingering_limit
@@ -73,6 +74,8 @@ class Worker:
         self.config = replace(config or WorkerConfig(), **options)
         self.source = source
         self._given: dict[int | str, Handler] = dict(handlers.items())
+        # The policies the handlers were declared with (Handlers), checked at start.
+        self._declared = handlers.policies if isinstance(handlers, Handlers) else {}
         self._only = None if job_types is None else list(job_types)
         # By code, once the worker has started (see _probe): the handlers it runs, for its types.
         self.handlers: dict[int, Handler] = {}
@@ -225,9 +228,10 @@ class Worker:
 
     async def _probe(self) -> bool:
         """Fail fast, with the real error, when the database is unreachable, not migrated,
-        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), or lacks a job type
+        newer than this package (:class:`~pyjobq.errors.SchemaTooNew`), lacks a job type
         the handlers are for (``ValueError``; :class:`~pyjobq.errors.InvalidArgument` for a
-        name no type has). Resolves the handlers' and ``job_types``' names to codes.
+        name no type has), or has another policy than :class:`Handlers` declare
+        (``ValueError``). Resolves the handlers' and ``job_types``' names to codes.
 
         On a schema older than this package's, it waits for ``pyjobq migrate`` (reading
         ``schema_version()`` every poll interval), so that workers can be started ahead of
@@ -239,10 +243,11 @@ class Worker:
                 return False
             registered = {t.job_type for t in await queue.types()}
             handlers: dict[int, Handler] = {}
+            codes: dict[int | str, int] = {}
             for key, handler in self._given.items():
                 if isinstance(key, bool) or not isinstance(key, int | str):
                     raise ValueError(f"handler key {key!r} is neither a job type code nor a name")
-                code = await queue.type_code(key) if isinstance(key, str) else int(key)
+                code = codes[key] = await queue.type_code(key) if isinstance(key, str) else int(key)
                 if code in handlers:
                     raise ValueError(f"job type {code} has two handlers ({key!r} is one)")
                 handlers[code] = handler
@@ -259,6 +264,15 @@ class Worker:
         missing = sorted(wanted - set(handlers))
         if missing:
             raise ValueError(f"job_types without a handler: {missing}")
+        for key, declared in self._declared.items():
+            actual = [p for p in policies if p.job_type == codes.get(key)]
+            wrong = policy_mismatches(declared, actual[0]) if actual else []
+            if wrong:
+                raise ValueError(
+                    f"the policy of job type {key!r} did not reach the database: "
+                    f"{'; '.join(wrong)} (install it before starting workers: Tasks.install,"
+                    " or manage.py migrate)"
+                )
         self.handlers = {t: h for t, h in handlers.items() if t in wanted}
         self.job_types = self._claimer.job_types = sorted(self.handlers)
         self._async_types = {t for t, h in self.handlers.items() if is_async(h)}

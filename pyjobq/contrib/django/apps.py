@@ -1,10 +1,12 @@
 """The Django application that provides the ``pyjobq`` management command, installs the schema
-with ``manage.py migrate``, and registers the job types named in ``settings.PYJOBQ_JOB_TYPES``."""
+with ``manage.py migrate``, and registers the job types named in ``settings.PYJOBQ_JOB_TYPES``
+and the queues of the pyjobq backends of ``settings.TASKS`` (Django 6), with their policies."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
@@ -16,6 +18,8 @@ class PyjobqConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(register_job_types, sender=self)
+        if django.VERSION >= (6,):
+            post_migrate.connect(install_task_queues, sender=self)
 
 
 def register_job_types(sender: AppConfig, using: str, **kwargs: Any) -> None:
@@ -34,3 +38,11 @@ def register_job_types(sender: AppConfig, using: str, **kwargs: Any) -> None:
 
     with psycopg.connect(conninfo(using), autocommit=True) as conn:
         register_types(conn, job_types)
+
+
+def install_task_queues(sender: AppConfig, using: str, **kwargs: Any) -> None:
+    """After every ``manage.py migrate`` of a database, allocate the job type of each queue of
+    the pyjobq backends of ``settings.TASKS`` that use it, and set the queue's policy."""
+    from pyjobq.contrib.django.tasks import install
+
+    install(using)

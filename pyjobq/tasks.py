@@ -23,7 +23,9 @@ enqueue and the retries.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -193,14 +195,20 @@ class Tasks:
         options = EnqueueOptions() if priority is None else EnqueueOptions(priority=priority)
 
         def declare(function: Callable[P, R]) -> Task[P, R]:
-            codes = {t.code for t in self._tasks.values()} - {None}
-            if name in self._tasks or code in codes:
-                raise ValueError(f"job type {code or ''} ({name}) is declared twice")
-            declared = Task(function, code, name, policy, options)
-            self._tasks[name] = declared
-            return declared
+            return self.add(Task(function, code, name, policy, options))
 
         return declare
+
+    def add(self, task: Task[P, R]) -> Task[P, R]:
+        """Register ``task`` (declared here or by another registry); ``ValueError`` when another
+        task has its name or its code."""
+        if self._tasks.get(task.name) is task:
+            return task
+        codes = {t.code for t in self._tasks.values()} - {None}
+        if task.name in self._tasks or task.code in codes:
+            raise ValueError(f"job type {task.code or ''} ({task.name}) is declared twice")
+        self._tasks[task.name] = task
+        return task
 
     def install(self, conn: psycopg.Connection[Any]) -> None:
         """Register every task's job type and set its policy: ``job_type_register`` for a task
@@ -225,3 +233,19 @@ class Tasks:
             {key: t.handler() for key, t in tasks.items()},
             {key: t.policy for key, t in tasks.items()},
         )
+
+
+def discover(package: str) -> Tasks:
+    """The tasks declared in ``package`` and each of its modules, imported here: what
+    ``pyjobq worker PACKAGE`` runs (Celery's ``autodiscover_tasks``). Every :class:`Task` a
+    module holds is found, whichever registry declared it; two of one name are an error."""
+    found = Tasks()
+    root = importlib.import_module(package)
+    modules = [root]
+    for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=f"{package}."):
+        modules.append(importlib.import_module(info.name))
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Task):
+                found.add(value)
+    return found

@@ -38,17 +38,25 @@ def check_handlers(table: Mapping[Any, Any]) -> None:
 
 
 def load_handlers(path: str) -> Mapping[Any, Any]:
-    """Import ``module:attribute``: a mapping of job type to handler, or a function returning
-    one. Whatever goes wrong (the module fails to import or raises, the attribute is missing
-    or of the wrong kind) is one line on stderr and exit 2."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        fail(f"{path!r} is not of the form module:attribute", 2)
+    """Import ``module:attribute``: a mapping of job type to handler, a function returning one,
+    or a :class:`~pyjobq.tasks.Tasks`; or, a package alone, the tasks declared in its modules
+    (:func:`~pyjobq.tasks.discover`). Whatever goes wrong (the module fails to import or
+    raises, the attribute is missing or of the wrong kind) is one line on stderr and exit 2."""
+    from pyjobq.tasks import Tasks, discover
+
+    module_name, colon, attribute = path.partition(":")
+    if not module_name or (colon and not attribute):
+        fail(f"{path!r} is neither a package nor of the form module:attribute", 2)
     sys.path.insert(0, os.getcwd())
+    handlers: Any
     try:
-        module = importlib.import_module(module_name)
-        handlers = getattr(module, attribute, None)
-        if callable(handlers) and not isinstance(handlers, Mapping):
+        if not colon:
+            handlers = discover(module_name).handlers()
+        else:
+            handlers = getattr(importlib.import_module(module_name), attribute, None)
+        if isinstance(handlers, Tasks):
+            handlers = handlers.handlers()
+        elif callable(handlers) and not isinstance(handlers, Mapping):
             handlers = handlers()
     except Exception as e:  # the user's module: anything it raises is a startup error
         fail(f"cannot load {path}: {type(e).__name__}: {e}", 2)

@@ -268,7 +268,7 @@ create or replace function pyjobq._enqueue_rows(
   p_concurrency_keys text[],
   p_metadata jsonb,
   p_batch_id uuid,
-  p_on_duplicate text
+  p_on_duplicate text default null
 )
 returns table (ord int, job_id uuid, created boolean, replaced boolean)
 language plpgsql

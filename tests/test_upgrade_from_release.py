@@ -205,15 +205,18 @@ class Release:
         wait_for(lambda: jobs(self.dsn, "job_type = 2") > 2000, "the release's producer to enqueue")
         return process
 
-    def migrate(self) -> None:
-        """Today's migration, and then a producer's enqueue on the new schema."""
+    def migrate(self, producer: subprocess.Popen[str]) -> None:
+        """Today's migration, and then ``producer``'s enqueue on the new schema (a producer that
+        died on the way fails it at once, with what it said)."""
         applied = migrate(self.dsn).applied
         assert len(applied) == SCHEMA_VERSION - self.schema
         at_upgrade = jobs(self.dsn, "job_type = 2")
-        wait_for(
-            lambda: jobs(self.dsn, "job_type = 2") > at_upgrade,
-            "the producer to enqueue after the upgrade",
-        )
+
+        def enqueued() -> bool:
+            assert producer.poll() is None, producer.communicate()
+            return jobs(self.dsn, "job_type = 2") > at_upgrade
+
+        wait_for(enqueued, "the producer to enqueue after the upgrade")
 
     def drained(self, producer: subprocess.Popen[str], stop: Path, tmp_path: Path) -> Counter[str]:
         """Stops the producer, waits for every job of type 2 to be DONE, checks that each ran
@@ -270,7 +273,7 @@ def test_an_upgrade_from_0_1_0_under_its_producer_loses_and_repeats_nothing(
     for process in old_workers:
         stopped(process)
     new_workers = [started(worker(release.dsn), ROOT, UPGRADE_WORKER=f"new{n}") for n in range(2)]
-    release.migrate()
+    release.migrate(producer)
     by_worker = release.drained(producer, stop, tmp_path)
     for process in new_workers:
         # Each waited on the old schema, then started once the migration had run.
@@ -300,7 +303,7 @@ def test_an_upgrade_from_0_2_0_under_its_running_workers_loses_and_repeats_nothi
         started(worker(release.dsn), release.source, UPGRADE_WORKER=f"old{n}") for n in range(2)
     ]
     wait_for(lambda: ran(tmp_path) >= {"old0", "old1"}, "both of the release's workers to run jobs")
-    release.migrate()
+    release.migrate(producer)
     before = len(runs(tmp_path))
     wait_for(
         lambda: {name for name, _ in runs(tmp_path)[before:]} >= {"old0", "old1"},

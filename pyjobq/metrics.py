@@ -31,6 +31,10 @@ class WorkerMetrics:
     timed_out: int = 0
     # Sync handlers that went on running in their thread after their timeout.
     lingering_threads: int = 0
+    # Child processes started for handlers (in_process, processes), and those killed at a
+    # deadline, a cancel or a hard stop.
+    children_started: int = 0
+    children_killed: int = 0
     lease_lost: int = 0
     cancelled: int = 0
     released: int = 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pickle
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -147,11 +148,35 @@ class Task(Generic[P, R]):
 
             return run_async
 
-        def run(job: ClaimedJob) -> Mapping[str, Any] | None:
-            result = function(**job.payload)
-            return result if isinstance(result, Mapping) else None
+        return TaskHandler(function)
 
-        return run
+
+@dataclass(frozen=True)
+class TaskHandler:
+    """A sync task's handler: its function called with the job's payload as arguments. It
+    pickles as where the task is declared (module and name), so that it can run in a child
+    process (:func:`pyjobq.worker.in_process`)."""
+
+    function: Callable[..., Any]
+
+    def __call__(self, job: ClaimedJob) -> Mapping[str, Any] | None:
+        result = self.function(**job.payload)
+        return result if isinstance(result, Mapping) else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        module, name = self.function.__module__, self.function.__qualname__
+        if "<locals>" in name:
+            raise pickle.PicklingError(f"{module}.{name} is not importable: declared in a function")
+        return (declared_handler, (module, name))
+
+
+def declared_handler(module: str, name: str) -> TaskHandler:
+    """The handler of the task (or function) ``name`` of ``module``, imported: what a
+    :class:`TaskHandler` is unpickled as."""
+    value: Any = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return TaskHandler(value.function if isinstance(value, Task) else value)
 
 
 class Tasks:

@@ -34,7 +34,8 @@ def test_every_option_of_the_command_line_makes_the_same_config() -> None:
         concurrency=3, prefetch=7, lease_seconds=45, job_timeout=2.5, poll_interval=0.5,
         reap_interval=9.0, schedule_interval=2.0, schedules=False, shutdown_timeout=4.0,
         listen=False, listen_dsn="host=elsewhere",
-        prepared_statements=False, worker_id="w-7", max_lingering_threads=2,
+        prepared_statements=False, worker_id="w-7", max_lingering_threads=2, processes=True,
+        max_jobs_per_child=100, child_memory_mb=512,
     )  # fmt: skip
     changed = {f.name for f in flagged if getattr(config, f.name) != f.default}
     assert changed == {f.name for f in flagged}

@@ -76,10 +76,11 @@ def worker_settings(f: F) -> F:
         if not flags:
             continue
         hint = hints[setting.name]
-        if hint is bool:  # on by default: the flag turns it off
+        if hint is bool:  # the flag turns it off when it is on by default, else on
+            on = setting.default is True
             option = click.option(
-                *flags, setting.name, is_flag=True, flag_value=False, default=True,
-                help=meta["off_help"],
+                *flags, setting.name, is_flag=True, flag_value=not on, default=on,
+                help=meta["off_help"] if on else meta["help"],
             )  # fmt: skip
             f = option(f)
             continue

@@ -2,7 +2,8 @@
 
 Architecture: one asyncio event loop per process drives everything through
 :class:`~pyjobq.aio.AsyncJobQueue`. ``async def`` handlers run on that loop;
-plain functions run in a thread pool of ``concurrency`` threads. Each duty is a module of
+plain functions run in a thread pool of ``concurrency`` threads, or in child processes
+(``processes``: :func:`in_process`). Each duty is a module of
 this package, and :class:`Worker` (``runtime``) wires them together from one
 :class:`WorkerConfig` (``config``); what they share is in ``state``:
 
@@ -57,15 +58,19 @@ from pyjobq.worker.outcomes import (
     error_text,
     is_cancelled,
 )
+from pyjobq.worker.processes import ChildDied, ChildError, ProcessPool, in_process
 from pyjobq.worker.running import AsyncHandler, Handler, SyncHandler
 from pyjobq.worker.runtime import Worker, make_worker_id
 
 __all__ = [
     "AsyncHandler",
+    "ChildDied",
+    "ChildError",
     "DeadLetter",
     "Handler",
     "Handlers",
     "JobContext",
+    "ProcessPool",
     "Retry",
     "Snooze",
     "SyncHandler",
@@ -74,6 +79,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "error_text",
+    "in_process",
     "is_cancelled",
     "job_context",
     "make_worker_id",

@@ -93,6 +93,19 @@ class WorkerConfig:
         None, "threads a sync handler past job_timeout may keep while a new thread takes its "
         "place (default: concurrency)", low=0, high=1000, flag=("--max-lingering-threads",),
     )  # fmt: skip
+    processes: bool = _setting(
+        False, "run the sync handlers in child processes: CPU-bound Python off the worker's "
+        "GIL, and a handler past its deadline killed (pyjobq.worker.in_process)",
+        flag=("--processes",),
+    )  # fmt: skip
+    max_jobs_per_child: int | None = _setting(
+        None, "jobs a child process runs before a new one takes its place (with --processes)",
+        low=1, high=1_000_000, flag=("--max-jobs-per-child",),
+    )  # fmt: skip
+    child_memory_mb: int | None = _setting(
+        None, "address space of a child process, in MiB: past it an allocation raises "
+        "MemoryError (with --processes)", low=32, high=1_048_576, flag=("--child-memory-mb",),
+    )  # fmt: skip
     flush_delay: float = _setting(
         0.01, "seconds a finished job may wait for others to complete with it", low=0
     )
@@ -117,6 +130,8 @@ class WorkerConfig:
             above = high is not None and value > high
             if below or above or math.isnan(value):
                 raise ValueError(f"{f.name} must be {describe_range(f.name)}, not {value!r}")
+        if not self.processes and (self.max_jobs_per_child or self.child_memory_mb):
+            raise ValueError("max_jobs_per_child and child_memory_mb apply with processes only")
         if self.worker_id is not None and not 0 < len(self.worker_id.strip()) <= 80:
             raise ValueError("worker_id must be a non-blank text of 1 to 80 characters")
 

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import traceback
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pyjobq.rows import ClaimedJob, Finish, JobStatus
@@ -25,6 +26,10 @@ class Retry(Exception):
     def __init__(self, delay_seconds: float | None = None, reason: str = "retry requested") -> None:
         super().__init__(reason)
         self.delay_seconds = delay_seconds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with both arguments: it comes back whole from a handler's child process.
+        return (type(self), (self.delay_seconds, *self.args))
 
 
 class DeadLetter(Exception):
@@ -68,6 +73,9 @@ class Snooze(Exception):
             raise ValueError(f"a snooze lasts 0 to {MAX_SNOOZE_SECONDS} seconds, not {seconds}")
         super().__init__(f"snoozed for {seconds}s")
         self.seconds = seconds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.seconds,))
 
 
 def error_text(error: BaseException) -> str:

@@ -26,6 +26,7 @@ from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.handlers import Handlers, policy_mismatches
 from pyjobq.worker.leases import Heartbeat, Reaper
 from pyjobq.worker.outcomes import Outcomes
+from pyjobq.worker.processes import InProcess, in_processes
 from pyjobq.worker.running import Handler, Runner, is_async, lingering_limit
 from pyjobq.worker.schedules import Ticker
 from pyjobq.worker.shutdown import EXIT_DRAINED, EXIT_UNFINISHED, Drain, with_signals
@@ -73,7 +74,9 @@ class Worker:
             raise ValueError("handlers must map at least one job type to a function")
         self.config = replace(config or WorkerConfig(), **options)
         self.source = source
-        self._given: dict[int | str, Handler] = dict(handlers.items())
+        self._given: dict[int | str, Handler] = in_processes(handlers, self.config)
+        # The child processes of handlers that run in them, ended when the worker stops.
+        self._pools = {h.pool for h in self._given.values() if isinstance(h, InProcess)}
         # The policies the handlers were declared with (Handlers), checked at start.
         self._declared = handlers.policies if isinstance(handlers, Handlers) else {}
         self._only = None if job_types is None else list(job_types)
@@ -90,6 +93,8 @@ class Worker:
         self._own_kwargs: dict[str, Any] = {"autocommit": True}
         if not self.config.prepared_statements:
             self._own_kwargs["prepare_threshold"] = None
+        for pool in self._pools:
+            pool.metrics = self.metrics
         self._state = WorkerState(self.config, self.worker_id, self.hooks, self.metrics)
         self._async_types: set[int] = set()
         self._claimer = Claimer(self._state, self.job_types)
@@ -187,6 +192,8 @@ class Worker:
             # One thread per runner, and spares for handlers lingering past their timeout.
             threads = config.concurrency + lingering_limit(config)
             executor = ThreadPoolExecutor(threads, thread_name_prefix="pyjobq-job")
+        for processes in self._pools:
+            await processes.start()
         self._runner = runner = Runner(
             s, self._claimer, self._outcomes, self.handlers, executor, self._timeouts
         )
@@ -221,6 +228,8 @@ class Worker:
             await asyncio.gather(*tasks.values(), *runners, return_exceptions=True)
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
+            for processes in self._pools:
+                processes.close()
             if pool is not self.source:
                 await pool.close(timeout=1.0)
         log.info("worker stopped", extra=s.extra(metrics=self.metrics.as_dict()))

@@ -1,6 +1,6 @@
 """Handlers the child processes of the process tests import (``in_process`` sends them by
-reference). Each answers with the pid of the process it ran in; ``payload.pidfile`` makes a
-handler write it there first, so a test can see that process killed."""
+reference). Each answers with the pid of the process it ran in; ``payload.pidfile`` makes the
+first attempt write it there as it starts, so a test can see that process killed."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def busy(n: int) -> int:
 
 
 def started(job: ClaimedJob) -> None:
-    if pidfile := job.payload.get("pidfile"):
+    """The first attempt to start writes its pid to ``payload.pidfile``."""
+    if (pidfile := job.payload.get("pidfile")) and not Path(pidfile).exists():
         Path(pidfile).write_text(str(os.getpid()))
 
 
@@ -85,3 +86,14 @@ def misbehave(job: ClaimedJob) -> Payload:
 def search(n: int) -> Payload:
     """A task: its handler (a TaskHandler) goes to the child by the task's module and name."""
     return {"pid": os.getpid(), "total": busy(n)}
+
+
+def hold(job: ClaimedJob) -> Payload:
+    """Writes its pid to ``payload.dir``/<job id>, then waits (a minute at most) until a file
+    ``go`` is there: as many run at once as the worker can run."""
+    folder = Path(job.payload["dir"])
+    (folder / str(job.job_id)).write_text(str(os.getpid()))
+    deadline = time.monotonic() + 60
+    while not (folder / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"pid": os.getpid()}

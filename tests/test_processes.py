@@ -16,7 +16,7 @@ import pytest
 from pyjobq import JobQueue, JobType
 from pyjobq.rows import JobStatus
 from pyjobq.worker import Worker, in_process
-from tests.process_handlers import allocate, compute, hang_first, misbehave, tasks
+from tests.process_handlers import allocate, compute, hang_first, hold, misbehave, tasks
 from tests.workerhelp import prepare, running, spawn_worker, statuses, wait_for
 
 Conn = psycopg.Connection[Any]
@@ -92,6 +92,37 @@ def test_a_handler_past_its_deadline_is_killed_and_its_job_retried(
     ).fetchall()
     assert len(errors) == 1, errors
     assert "did not finish within 0.5s" in errors[0][0], errors
+
+
+def test_hung_and_spinning_children_killed_at_their_deadline_leave_full_capacity(
+    dsn: str, db: Conn, tmp_path: Path
+) -> None:
+    """As many handlers that never end (two asleep, two spinning on the CPU) as the worker has
+    runners: each child is killed at the deadline and its job retried, no thread lingers, and
+    then as many jobs run at once as before."""
+    concurrency = 4
+    q = JobQueue(db)
+    pidfiles = [tmp_path / f"hung{n}" for n in range(concurrency)]
+    hung = q.enqueue_many(
+        JobType.SEARCH,
+        [{"how": "sleep" if n < 2 else "spin", "pidfile": str(p)} for n, p in enumerate(pidfiles)],
+        max_attempts=2,
+    )
+    held = tmp_path / "held"
+    held.mkdir()
+    handlers = {JobType.SEARCH: in_process(hang_first), JobType.OUTBOX: in_process(hold)}
+    worker = Worker(dsn, handlers, concurrency=concurrency, job_timeout=0.5)
+    with running(worker) as r:
+        wait_for(lambda: statuses(db) == {3: concurrency}, "every hung job retried and DONE")
+        assert worker.metrics.children_killed == concurrency
+        assert not any(alive(pid_in(p)) for p in pidfiles)
+        q.enqueue_many(JobType.OUTBOX, [{"dir": str(held)}] * concurrency)
+        wait_for(lambda: len(list(held.iterdir())) == concurrency, f"{concurrency} jobs at once")
+        (held / "go").touch()
+        wait_for(lambda: statuses(db) == {3: 2 * concurrency}, "the held jobs DONE")
+        metrics = r.stop()
+    assert [outcome(db, e.job_id)[:2] for e in hung] == [(JobStatus.DONE, 2)] * concurrency
+    assert (metrics.timed_out, metrics.lingering_threads) == (concurrency, 0)
 
 
 def test_a_cancel_kills_the_child_running_the_job(dsn: str, db: Conn, tmp_path: Path) -> None:

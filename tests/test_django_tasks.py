@@ -34,7 +34,11 @@ pytestmark = pytest.mark.skipif(
 Conn = psycopg.Connection[Any]
 
 TASKS = """
+    import os
+
     from django.tasks import task
+
+    from orders.models import Order
 
 
     @task
@@ -55,6 +59,11 @@ TASKS = """
     @task
     async def add(a: int, b: int) -> int:
         return a + b
+
+
+    @task
+    def count_orders() -> dict:
+        return {"orders": Order.objects.count(), "pid": os.getpid()}
 """
 
 MODELS = """
@@ -186,8 +195,10 @@ def project(tmp_path: Path, dsn: str) -> Path:
     return root
 
 
-def worker(project: Path) -> subprocess.Popen[str]:
-    command = ["manage.py", "pyjobq", "worker", "pyjobq.contrib.django.tasks:handlers", "-c", "2"]
+def worker(project: Path, *args: str) -> subprocess.Popen[str]:
+    command = [
+        "manage.py", "pyjobq", "worker", "pyjobq.contrib.django.tasks:handlers", "-c", "2", *args
+    ]  # fmt: skip
     return subprocess.Popen(
         [str(PYTHON), *command], cwd=project, stderr=subprocess.PIPE, text=True,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
@@ -269,3 +280,44 @@ def test_a_queue_policy_that_never_reached_the_database_stops_the_worker_at_star
     run(project, "manage.py", "migrate")
     policy = "select max_attempts from pyjobq.job_type where name = 'emails'"
     assert one(conn, policy) == 5
+
+
+COUNT = """
+    import json
+
+    from django.db import transaction
+
+    from orders.models import Order
+    from orders.tasks import count_orders
+
+    with transaction.atomic():
+        Order.objects.create(email="cy@example.com")
+        print(json.dumps(count_orders.enqueue().id))
+"""
+
+RESULT = """
+    import json
+    import sys
+
+    from orders.tasks import count_orders
+
+    print(json.dumps(count_orders.get_result(json.loads(sys.stdin.read())).return_value))
+"""
+
+
+def test_a_django_worker_runs_its_tasks_in_child_processes(project: Path, conn: Conn) -> None:
+    """``manage.py pyjobq worker --processes``: each child sets Django up before it imports the
+    tasks module (which imports models), and runs the task's query on its own connection."""
+    shell = ["manage.py", "shell", "-v", "0", "-c"]
+    job_id = json.loads(run(project, *shell, textwrap.dedent(COUNT)))
+    proc = worker(project, "--processes")
+    try:
+        wait_for(lambda: one(conn, "select count(*) from pyjobq.job_all where status = 3"), "DONE")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        proc.kill()
+    result = json.loads(run(project, *shell, textwrap.dedent(RESULT), stdin=json.dumps(job_id)))
+    assert result["orders"] == 1
+    assert result["pid"] != proc.pid

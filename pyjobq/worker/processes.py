@@ -26,7 +26,6 @@ child's traceback as the exception's cause. A handler in a child has no job cont
 from __future__ import annotations
 
 import asyncio
-import inspect
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -124,14 +123,16 @@ class _Child:
         self.conn.close()
 
 
-# The modules the fork server imports before it forks a child: this one, and each handler's, so
-# that a child starts in milliseconds, its imports done once (Celery's prefork does the same).
-_preload = {__name__}
+# What the fork server imports before it forks a child: pyjobq and psycopg, imported once, so
+# that a child starts in milliseconds. Not the handlers' modules: an application's may need
+# setting up first (Django's import models), and one that raised would end the fork server. A
+# child imports its handler's module when its first job comes.
+_PRELOAD = [__name__]
 
 
 def _context() -> multiprocessing.context.ForkServerContext:
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(sorted(_preload))  # before the server starts, else unused
+    context.set_forkserver_preload(_PRELOAD)  # before the server starts, else unused
     return context
 
 
@@ -157,8 +158,8 @@ class ProcessPool:
         self.metrics = WorkerMetrics()
 
     async def start(self) -> None:
-        """Start the fork server the children come from, with the handlers' modules imported:
-        the worker does, before its first claim, so that no job's deadline pays for it."""
+        """Start the fork server the children come from, pyjobq imported in it: the worker
+        does, before its first claim, so that no job's deadline pays for it."""
         await asyncio.to_thread(_start_server)
 
     def _spawn(self) -> _Child:
@@ -251,10 +252,6 @@ class InProcess:
             ) from e
         self.handler = handler
         self.pool = pool
-        # A task's handler (pyjobq.tasks.TaskHandler) comes from its function's module.
-        module = inspect.getmodule(getattr(handler, "function", handler))
-        if module is not None:
-            _preload.add(module.__name__)
 
     async def __call__(self, job: ClaimedJob) -> Payload | None:
         return await self.pool.run(self.handler, job)

@@ -17,11 +17,14 @@ connection autocommits, and so does the enqueue.
 
 from __future__ import annotations
 
-import functools
+import importlib
 import inspect
+from dataclasses import dataclass
 from typing import Any, cast
 
+import django
 import psycopg
+from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from psycopg.conninfo import make_conninfo
 
@@ -76,14 +79,39 @@ def django_handler(handler: Handler) -> Handler:
     """
     if inspect.iscoroutinefunction(handler):
         return handler
-    sync = cast(SyncHandler, handler)
+    return DjangoHandler(cast(SyncHandler, handler))
 
-    @functools.wraps(sync)
-    def run(job: ClaimedJob) -> Payload | None:
+
+@dataclass(frozen=True)
+class DjangoHandler:
+    """A sync handler run as :func:`django_handler` says. It can run in a child process of the
+    worker (``manage.py pyjobq worker --processes``): it pickles as where its handler is
+    declared, and the child sets Django up (``django.setup()``, with the worker's
+    ``DJANGO_SETTINGS_MODULE``) before it imports the handler's module, which may import
+    models."""
+
+    handler: SyncHandler
+
+    def __call__(self, job: ClaimedJob) -> Payload | None:
         close_old_connections()
         try:
-            return sync(job)
+            return self.handler(job)
         finally:
             close_old_connections()
 
-    return run
+    def __reduce__(self) -> tuple[Any, ...]:
+        module = getattr(self.handler, "__module__", None)
+        name = getattr(self.handler, "__qualname__", "<locals>")
+        if module is None or "<locals>" in name:  # an object, a closure: as it pickles
+            return (DjangoHandler, (self.handler,))
+        return (_handler_at, (module, name))
+
+
+def _handler_at(module: str, name: str) -> DjangoHandler:
+    """In a child process: Django set up, then the handler ``name`` of ``module`` imported."""
+    if not apps.ready:
+        django.setup()
+    value: Any = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return DjangoHandler(value)

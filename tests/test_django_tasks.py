@@ -1,11 +1,13 @@
-"""Django's task framework (``django.tasks``) on pyjobq, in a Django 6.1 project made from scratch.
+"""Django's task framework on pyjobq, in a Django project made from scratch: Django 6.1's
+``django.tasks``, and Django 5.2 with the ``django-tasks`` backport (``django_tasks``).
 
-The project lives in its own virtualenv, ``.venv-django`` (a Python 3.12 or newer with Django
-6.1; ``./scripts/setup`` makes it where there is one), and is made and run as a user would: the
-test's own ``django-admin startproject`` and ``startapp``, the settings docs/integrations.md
-gives, ``manage.py migrate``, tasks enqueued inside ``transaction.atomic()`` (committed and
-rolled back), a real worker (``manage.py pyjobq worker``), and results read back with
-``get_result``. This process only reads the database.
+Django 6.1 lives in its own virtualenv, ``.venv-django`` (a Python 3.12 or newer;
+``./scripts/setup`` makes it where there is one); Django 5.2 and the backport are in the
+project's own ``.venv``. Each project is made and run as a user would: the test's own
+``django-admin startproject`` and ``startapp``, the settings docs/integrations.md gives,
+``manage.py migrate``, tasks enqueued inside ``transaction.atomic()`` (committed and rolled
+back), a real worker (``manage.py pyjobq worker``), and results read back with ``get_result``.
+This process only reads the database.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import subprocess
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +29,23 @@ from tests.sqlhelp import one
 from tests.workerhelp import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON = ROOT / ".venv-django" / "bin" / "python"
-pytestmark = pytest.mark.skipif(
-    not PYTHON.exists(), reason="no .venv-django: ./scripts/setup makes it with a Python 3.12+"
-)
+# Each framework's module, and the Python of the virtualenv that has it.
+PYTHONS = {
+    "django.tasks": ROOT / ".venv-django" / "bin" / "python",
+    "django_tasks": ROOT / ".venv" / "bin" / "python",
+}
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    python: Path
+    framework: str  # django.tasks, or the backport's django_tasks
+
+    def code(self, text: str) -> str:
+        """``text`` for this project's framework, dedented."""
+        return textwrap.dedent(text).replace("django.tasks", self.framework)
+
 
 Conn = psycopg.Connection[Any]
 
@@ -76,7 +92,7 @@ MODELS = """
 
 # What docs/integrations.md tells a Django project to add to its settings.
 SETTINGS = """
-    INSTALLED_APPS += ["pyjobq.contrib.django", "orders"]
+    INSTALLED_APPS += {apps!r}
     DATABASES = {{"default": {{
         "ENGINE": "django.db.backends.postgresql",
         "NAME": {dbname!r}, "USER": {user!r}, "HOST": {host!r}, "PORT": {port!r},
@@ -159,56 +175,65 @@ RESULTS = """
 """
 
 
-def run(project: Path, *args: str, stdin: str | None = None) -> str:
+def run(project: Project, *args: str, stdin: str | None = None) -> str:
     """``python ARGS`` in the project, with its virtualenv's Python; its stdout."""
     done = subprocess.run(
-        [str(PYTHON), *args], cwd=project, input=stdin, capture_output=True, text=True,
+        [str(project.python), *args], cwd=project.root, input=stdin, capture_output=True, text=True,
         timeout=120, check=False, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )  # fmt: skip
     assert done.returncode == 0, f"{args}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
-def configure(project: Path, dsn: str, emails_attempts: int) -> None:
+def configure(project: Project, dsn: str, emails_attempts: int) -> None:
     """The settings docs/integrations.md gives, appended to startproject's."""
     params = conninfo_to_dict(dsn)
-    settings = project / "shop" / "settings.py"
+    settings = project.root / "shop" / "settings.py"
     base = settings.read_text().split("\n# pyjobq\n")[0]
+    backport = ["django_tasks"] if project.framework == "django_tasks" else []
     extra = SETTINGS.format(
-        dbname=params["dbname"], user=params.get("user", ""), host=params.get("host", ""),
+        apps=[*backport, "pyjobq.contrib.django", "orders"], dbname=params["dbname"],
+        user=params.get("user", ""), host=params.get("host", ""),
         port=str(params.get("port", "")), emails_attempts=emails_attempts,
     )  # fmt: skip
     settings.write_text(base + "\n# pyjobq\n" + textwrap.dedent(extra))
 
 
-@pytest.fixture
-def project(tmp_path: Path, dsn: str) -> Path:
-    """A new project ``shop`` with an app ``orders`` (a model, four tasks), migrated."""
-    run(tmp_path, "-m", "django", "startproject", "shop", str(tmp_path / "shop"))
-    root = tmp_path / "shop"
-    run(root, "manage.py", "startapp", "orders")
-    (root / "orders" / "models.py").write_text(textwrap.dedent(MODELS))
-    (root / "orders" / "tasks.py").write_text(textwrap.dedent(TASKS))
-    configure(root, dsn, emails_attempts=2)
-    run(root, "manage.py", "makemigrations", "orders")
-    run(root, "manage.py", "migrate")
-    return root
+@pytest.fixture(params=sorted(PYTHONS))
+def project(request: pytest.FixtureRequest, tmp_path: Path, dsn: str) -> Project:
+    """A new project ``shop`` with an app ``orders`` (a model, five tasks), migrated, on each
+    framework."""
+    framework: str = request.param
+    python = PYTHONS[framework]
+    if not python.exists():
+        pytest.skip(f"no {python.parent.parent.name}: ./scripts/setup makes it (Python 3.12+)")
+    root = tmp_path / "site"
+    root.mkdir()  # Django 5.2 wants it there
+    run(Project(tmp_path, python, framework), "-m", "django", "startproject", "shop", str(root))
+    project = Project(root, python, framework)
+    run(project, "manage.py", "startapp", "orders")
+    (project.root / "orders" / "models.py").write_text(textwrap.dedent(MODELS))
+    (project.root / "orders" / "tasks.py").write_text(project.code(TASKS))
+    configure(project, dsn, emails_attempts=2)
+    run(project, "manage.py", "makemigrations", "orders")
+    run(project, "manage.py", "migrate")
+    return project
 
 
-def worker(project: Path, *args: str) -> subprocess.Popen[str]:
+def worker(project: Project, *args: str) -> subprocess.Popen[str]:
     command = [
         "manage.py", "pyjobq", "worker", "pyjobq.contrib.django.tasks:handlers", "-c", "2", *args
     ]  # fmt: skip
     return subprocess.Popen(
-        [str(PYTHON), *command], cwd=project, stderr=subprocess.PIPE, text=True,
+        [str(project.python), *command], cwd=project.root, stderr=subprocess.PIPE, text=True,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )  # fmt: skip
 
 
 def test_a_django_project_enqueues_in_its_transactions_and_reads_results_back(
-    project: Path, conn: Conn
+    project: Project, conn: Conn
 ) -> None:
-    ids = json.loads(run(project, "manage.py", "shell", "-v", "0", "-c", textwrap.dedent(ENQUEUE)))
+    ids = json.loads(run(project, "manage.py", "shell", "-v", "0", "-c", project.code(ENQUEUE)))
     assert ids["refused"] == "TypeError"  # arguments that are not JSON enqueue nothing
     jobs = {
         str(job_id): (name, status, priority)
@@ -242,7 +267,7 @@ def test_a_django_project_enqueues_in_its_transactions_and_reads_results_back(
             "-v",
             "0",
             "-c",
-            textwrap.dedent(RESULTS),
+            project.code(RESULTS),
             stdin=json.dumps(ids),
         )
     )
@@ -269,7 +294,7 @@ def test_a_django_project_enqueues_in_its_transactions_and_reads_results_back(
 
 
 def test_a_queue_policy_that_never_reached_the_database_stops_the_worker_at_start(
-    project: Path, dsn: str, conn: Conn
+    project: Project, dsn: str, conn: Conn
 ) -> None:
     configure(project, dsn, emails_attempts=5)  # changed, and not migrated
     proc = worker(project)
@@ -305,11 +330,11 @@ RESULT = """
 """
 
 
-def test_a_django_worker_runs_its_tasks_in_child_processes(project: Path, conn: Conn) -> None:
+def test_a_django_worker_runs_its_tasks_in_child_processes(project: Project, conn: Conn) -> None:
     """``manage.py pyjobq worker --processes``: each child sets Django up before it imports the
     tasks module (which imports models), and runs the task's query on its own connection."""
     shell = ["manage.py", "shell", "-v", "0", "-c"]
-    job_id = json.loads(run(project, *shell, textwrap.dedent(COUNT)))
+    job_id = json.loads(run(project, *shell, project.code(COUNT)))
     proc = worker(project, "--processes")
     try:
         wait_for(lambda: one(conn, "select count(*) from pyjobq.job_all where status = 3"), "DONE")
@@ -318,6 +343,6 @@ def test_a_django_worker_runs_its_tasks_in_child_processes(project: Path, conn: 
         assert proc.returncode == 0, err
     finally:
         proc.kill()
-    result = json.loads(run(project, *shell, textwrap.dedent(RESULT), stdin=json.dumps(job_id)))
+    result = json.loads(run(project, *shell, project.code(RESULT), stdin=json.dumps(job_id)))
     assert result["orders"] == 1
     assert result["pid"] != proc.pid

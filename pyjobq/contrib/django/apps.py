@@ -1,9 +1,11 @@
 """The Django application that provides the ``pyjobq`` management command, installs the schema
 with ``manage.py migrate``, and registers the job types named in ``settings.PYJOBQ_JOB_TYPES``
-and the queues of the pyjobq backends of ``settings.TASKS`` (Django 6), with their policies."""
+and the queues of the pyjobq backends of ``settings.TASKS`` (Django 6, or the django-tasks
+backport), with their policies."""
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any
 
 import django
@@ -18,7 +20,7 @@ class PyjobqConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(register_job_types, sender=self)
-        if django.VERSION >= (6,):
+        if django.VERSION >= (6,) or find_spec("django_tasks") is not None:
             post_migrate.connect(install_task_queues, sender=self)
 
 

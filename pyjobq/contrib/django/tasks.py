@@ -1,4 +1,5 @@
-"""A backend of Django's task framework (``django.tasks``, Django 6) on pyjobq.
+"""A backend of Django's task framework (``django.tasks``, Django 6; on Django 4.2 to 5.2, the
+``django-tasks`` backport, ``django_tasks`` in ``INSTALLED_APPS``) on pyjobq.
 
 ::
 
@@ -28,14 +29,24 @@ from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
-from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskError
-from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
+
+try:  # Django 6
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+except ImportError:  # Django 4.2 to 5.2: the django-tasks backport, two names apart
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
 from pyjobq.contrib.django import job_queue
 from pyjobq.params import Payload

@@ -191,8 +191,8 @@ def _current() -> RunningJob:
     return job
 
 
-class JobContext:
-    """The context of the job an ``async`` handler runs (:func:`job_context`)."""
+class _Context:
+    """What a job's context is and does alike for async and sync handlers."""
 
     def __init__(self, running_job: RunningJob) -> None:
         self._run = running_job
@@ -218,6 +218,10 @@ class JobContext:
         once: the report is sent in the background, at most one per second per job (the
         latest wins), so a handler may report as often as it likes."""
         self._run.report(progress)
+
+
+class JobContext(_Context):
+    """The context of the job an ``async`` handler runs (:func:`job_context`)."""
 
     async def complete_tx(self, conn: psycopg.AsyncConnection[Any], result: Any = None) -> None:
         """Complete the job (``job_complete``, with ``result``) on ``conn``, in the transaction
@@ -290,28 +294,9 @@ class JobContext:
             return earlier.result
 
 
-class SyncJobContext:
+class SyncJobContext(_Context):
     """The context of the job a sync handler runs (:func:`sync_job_context`): the same steps,
     called from the handler's thread."""
-
-    def __init__(self, running_job: RunningJob) -> None:
-        self._run = running_job
-
-    @property
-    def job(self) -> ClaimedJob:
-        return self._run.job
-
-    def idempotency_key(self, name: str) -> str:
-        """See :meth:`JobContext.idempotency_key`."""
-        return self._run.idempotency_key(name)
-
-    def snooze(self, seconds: float) -> NoReturn:
-        """See :meth:`JobContext.snooze`."""
-        raise Snooze(seconds)
-
-    def progress(self, progress: Mapping[str, Any]) -> None:
-        """See :meth:`JobContext.progress`."""
-        self._run.report(progress)
 
     def complete_tx(self, conn: psycopg.Connection[Any], result: Any = None) -> None:
         """See :meth:`JobContext.complete_tx`."""

@@ -170,7 +170,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 62
+  select 63
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -3621,6 +3621,12 @@ comment on function pyjobq._claim_key_heads(smallint, int, jsonb, timestamptz) i
 -- The order: priority first; within one, jobs in claim order and fair-share
 -- jobs in their turns take turns, fair share first, the turn carried over
 -- from one priority to the next.
+--
+-- The jobs the candidates start from ("visits"): the first due ones in claim
+-- order, priority by priority, each priority read only up to its first job not
+-- due, as _claim_pick reads them, so no sleeping job (snoozed, waiting, backing
+-- off, enqueued for later) is walked; inlined where it is read, so that each
+-- reader reads only as far as it takes.
 create function pyjobq._claim_candidates(
   p_types smallint[],
   p_limit int,
@@ -3646,7 +3652,26 @@ declare
   v_fair_turn boolean := true;
   v_fair_first int[] := '{}';
 begin
-  with types as (
+  with recursive present(priority) as (
+    (select c.priority from pyjobq.job c where c.status = 1 order by c.priority limit 1)
+    union all
+    select (select c.priority from pyjobq.job c where c.status = 1 and c.priority > q.priority
+             order by c.priority limit 1)
+      from present q where q.priority is not null
+  ),
+  visits as not materialized (  -- see above
+    select v.*
+      from present q
+     cross join lateral (
+       select c.job_id, c.job_type, c.concurrency_key, c.priority, c.run_after, c.seq
+         from pyjobq.job c
+        where c.status = 1 and c.priority = q.priority and c.run_after <= p_now
+          and c.job_type = any (p_types) and c.fair_rank is null
+        order by c.priority, c.run_after, c.seq
+        limit c_visits) v
+     limit c_visits
+  ),
+  types as (
     select t.job_type, least(p_limit, coalesce((p_room ->> t.job_type::text)::int, p_limit)) as room,
            p_keyed -> t.job_type::text as rule, t.fair_share
       from pyjobq.job_type t
@@ -3655,17 +3680,10 @@ begin
   ),
   cand as (
     (select v.job_id
-       from (select c.job_id, c.job_type
-               from pyjobq.job c
-              where not p_by_key
-                and c.status = 1
-                and c.run_after <= p_now
-                and c.job_type = any (p_types)
-                and c.fair_rank is null
-              order by c.priority, c.run_after, c.seq
-              limit c_visits) v
-      -- A type without room takes nothing: its jobs are passed over.
-      where coalesce((p_room ->> v.job_type::text)::int, p_limit) > 0
+       from visits v
+      where not p_by_key
+        -- A type without room takes nothing: its jobs are passed over.
+        and coalesce((p_room ->> v.job_type::text)::int, p_limit) > 0
       limit 4 * p_limit)
     union all
     select h.job_id
@@ -3685,17 +3703,9 @@ begin
     (select n.job_id
        from (select v.job_id, v.job_type,
                     row_number() over (partition by v.job_type order by v.priority, v.run_after, v.seq) as nth
-               from (select c.job_id, c.job_type, c.concurrency_key, c.priority, c.run_after, c.seq
-                       from pyjobq.job c
-                      where p_by_key
-                        and c.status = 1
-                        and c.run_after <= p_now
-                        and c.job_type = any (p_types)
-                        and c.fair_rank is null
-                      order by c.priority, c.run_after, c.seq
-                      limit c_visits) v
-              where v.concurrency_key is null
-                 or not p_keyed ? v.job_type::text) n
+               from visits v
+              where p_by_key
+                and (v.concurrency_key is null or not p_keyed ? v.job_type::text)) n
       -- Each type's first jobs, as many as its room.
       where n.nth <= coalesce((p_room ->> n.job_type::text)::int, p_limit)
       limit 4 * p_limit)

@@ -1,15 +1,17 @@
 """Jobs that are not due yet (snoozed, waiting, backing off, enqueued for later) cost a claim of
-the due ones nothing: it reads job_claim_idx priority by priority, each only as far as its first
-job not due, and finds the next priority with one descent of the index."""
+the due ones nothing, plain or limited: it reads job_claim_idx priority by priority, each only as
+far as its first job not due, and finds the next priority with one descent of the index."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
+import pytest
 
+from pyjobq import JobQueue
 from tests.sqlhelp import FROZEN, claim, enqueue, freeze, frozen_dsn, one
 
 Conn = psycopg.Connection[Any]
@@ -39,35 +41,51 @@ def blocks_read(conn: Conn, statement: str) -> tuple[list[Any], int]:
     return rows, read
 
 
-def three_claims(conn: Conn, dsn: str) -> list[int]:
+def three_claims(conn: Conn, dsn: str, claim: LiteralString) -> list[int]:
     """The blocks of job_claim_idx read, in a new session, by: a claim of the one due job (no
     front: from the head), a claim right after it with nothing due (from its front, then from
     the head), and a claim with nothing due and no front (an idle worker's poll)."""
     due = enqueue(conn, 1, "{}", 100)
     conn.execute("vacuum analyze pyjobq.job")
     with psycopg.connect(frozen_dsn(dsn), autocommit=True) as worker:
-        taken, first = blocks_read(worker, CLAIM)
+        taken, first = blocks_read(worker, claim)
         assert [r[0] for r in taken] == [due]
         worker.execute("select pyjobq.job_complete(%s, 'w', %s, null, %s)", taken[0])
-        left, drained = blocks_read(worker, CLAIM)
+        left, drained = blocks_read(worker, claim)
         assert left == []
         worker.execute("select set_config('pyjobq.claim_front', '', false)")
-        left, idle = blocks_read(worker, CLAIM)
+        left, idle = blocks_read(worker, claim)
         assert left == []
     return [first, drained, idle]
 
 
+# The claims' paths: the plain pick, and the limited claim's candidates, for a type limit that
+# binds within the claim (one RUNNING at most, a claim of two) and for key limits (the jobs
+# without a key, visited in claim order).
+PATHS: dict[str, tuple[dict[str, Any], LiteralString]] = {
+    "plain": ({}, CLAIM),
+    "type limit": (
+        {"max_running": 1},
+        "select job_id, attempt, lease_token from pyjobq.job_claim('w', 2)",
+    ),
+    "key limit": ({"key_max_running": 1}, CLAIM),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_a_claim_reads_as_much_of_the_index_with_four_times_the_sleeping_jobs(
-    conn: Conn, dsn: str
+    conn: Conn, dsn: str, path: str
 ) -> None:
     """2,000 and then 8,000 jobs due tomorrow at each of three priorities (about 8 and 32 leaf
     pages of job_claim_idx each; its root still holds them all): each claim reads the same
     blocks, up to a page boundary per priority, where a walk through them would read 72 more."""
+    limits, claim = PATHS[path]
+    JobQueue(conn).type_set_limits(1, **limits)
     freeze(conn, FROZEN)
     sleep(conn, 2000)
-    fewer = three_claims(conn, dsn)
+    fewer = three_claims(conn, dsn, claim)
     sleep(conn, 6000)
-    more = three_claims(conn, dsn)
+    more = three_claims(conn, dsn, claim)
     assert one(conn, "select count(*) from pyjobq.job where status = 1") == 24000
     for few, many in zip(fewer, more, strict=True):
         assert few <= many <= few + len(PRIORITIES), (fewer, more)

@@ -10,10 +10,12 @@ and each side's WAL bytes per job drained (the server's flushed WAL position aro
 
 ``--payload-bytes`` gives each job a payload of about that many bytes (``{"data": "xx…"}``;
 0, the default, is ``{}``). ``--job-types 1`` claims with ``p_job_types`` ``{1}``, as a worker
-that names its types does, where the default claims every type (null).
+that names its types does, where the default claims every type (null). ``--key-limit N`` gives
+type 1 a limit of N running jobs per concurrency key and each job one of ``--keys`` keys in turn,
+so that every claim is a limited one.
 
 ``.venv/bin/python bench/schema_ab.py --before 3a95d88 [--jobs 20000] [--batch 50] [--rounds 10]
-[--payload-bytes 0] [--job-types 1]``
+[--payload-bytes 0] [--job-types 1] [--key-limit 1000 [--keys 100]]``
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ from sqlloop import drain_loop, enqueue_empty
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def enqueue(conn: psycopg.Connection[tuple[object, ...]], jobs: int, size: int) -> None:
-    """``jobs`` jobs of type 1 in one call, each with a payload of about ``size`` bytes."""
-    if size == 0:
+def enqueue(conn: psycopg.Connection[tuple[object, ...]], jobs: int, size: int, keys: int) -> None:
+    """``jobs`` jobs of type 1 in one call, each with a payload of about ``size`` bytes, and
+    with ``keys``, one of that many concurrency keys each, in turn."""
+    if size == 0 and keys == 0:
         enqueue_empty(conn, 1, jobs)
         return
     conn.execute(
-        "select count(*) from pyjobq.job_enqueue_many(1, array(select"
-        " jsonb_build_object('data', repeat('x', %s::int - 12)) from generate_series(1, %s::int)))",
-        (size, jobs),
+        "select count(*) from pyjobq.job_enqueue_many(1, array(select case when %s::int = 0"
+        " then '{}'::jsonb else jsonb_build_object('data', repeat('x', %s::int - 12)) end"
+        " from generate_series(1, %s::int)), p_concurrency_keys => case when %s::int > 0 then"
+        " array(select 'k' || i %% %s::int from generate_series(1, %s::int) i) end)",
+        (size, size, jobs, keys, max(keys, 1), jobs),
     )
 
 
@@ -53,7 +58,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--payload-bytes", type=int, default=0)
     parser.add_argument("--job-types", type=int, nargs="+", help="the claims' p_job_types")
+    parser.add_argument("--key-limit", type=int, help="type 1's running jobs per key")
+    parser.add_argument("--keys", type=int, default=100, help="keys, with --key-limit")
     args = parser.parse_args()
+    keys = args.keys if args.key_limit else 0
     schemas = {
         "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
         "before": subprocess.run(
@@ -72,6 +80,11 @@ def main() -> None:
             admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
             with psycopg.connect(pg.dsn(name), autocommit=True) as conn:
                 conn.execute(schema)
+                if args.key_limit:
+                    conn.execute(
+                        "select pyjobq.job_type_set_limits(1, p_key_max_running => %s)",
+                        (args.key_limit,),
+                    )
         for round_ in range(args.rounds):
             order = ["now", "before"] if round_ % 2 == 0 else ["before", "now"]
             for name in order:
@@ -83,7 +96,7 @@ def main() -> None:
                     )
                     conn.execute(f"truncate {tables}")
                     conn.execute(f"vacuum analyze {tables}")
-                    enqueue(conn, args.jobs, args.payload_bytes)
+                    enqueue(conn, args.jobs, args.payload_bytes, keys)
                     start = conn.execute(flushed).fetchone()
                     started = time.perf_counter()
                     done = drain_loop(conn, "ab", args.batch, args.job_types).jobs

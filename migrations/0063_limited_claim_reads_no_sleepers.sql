@@ -5,7 +5,8 @@
 -- are read priority by priority, each only up to its first job not due, as
 -- the plain claim reads them since schema 57; it walked every job not due
 -- (snoozed, waiting, backing off, enqueued for later) of a priority before it
--- reached the next. One function, its signature unchanged. No table changes.
+-- reached the next. One function, its signature unchanged, now planned once
+-- per session. No table changes.
 
 create or replace function pyjobq.schema_version()
 returns int
@@ -31,6 +32,7 @@ returns uuid[]
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 set enable_sort = off
 set jit = off
 as $$

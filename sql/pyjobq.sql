@@ -3626,7 +3626,8 @@ comment on function pyjobq._claim_key_heads(smallint, int, jsonb, timestamptz) i
 -- order, priority by priority, each priority read only up to its first job not
 -- due, as _claim_pick reads them, so no sleeping job (snoozed, waiting, backing
 -- off, enqueued for later) is walked; inlined where it is read, so that each
--- reader reads only as far as it takes.
+-- reader reads only as far as it takes. Planned once per session: a plan for
+-- each call's values cost more than the claim gained.
 create function pyjobq._claim_candidates(
   p_types smallint[],
   p_limit int,
@@ -3639,6 +3640,7 @@ returns uuid[]
 language plpgsql
 stable
 set search_path = pg_catalog, pyjobq, pg_temp
+set plan_cache_mode = force_generic_plan
 set enable_sort = off
 set jit = off
 as $$

@@ -87,8 +87,10 @@ def test_a_claim_reads_as_much_of_the_index_with_four_times_the_sleeping_jobs(
     sleep(conn, 6000)
     more = three_claims(conn, dsn, claim)
     assert one(conn, "select count(*) from pyjobq.job where status = 1") == 24000
+    # Where the one due job and the claim's first descent fall among the leaf pages moves a
+    # count by a block either way: a page boundary per priority, no more.
     for few, many in zip(fewer, more, strict=True):
-        assert few <= many <= few + len(PRIORITIES), (fewer, more)
+        assert abs(many - few) <= len(PRIORITIES), (fewer, more)
 
 
 def test_due_jobs_between_sleeping_ones_come_in_claim_order(

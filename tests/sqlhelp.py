@@ -114,6 +114,17 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
         raise errors[0]
 
 
+def lock_waits(conn: psycopg.Connection[Any]) -> int:
+    """How many sessions of ``conn``'s database wait for a lock now."""
+    return int(
+        one(
+            conn,
+            "select count(*) from pg_locks l join pg_database d on d.oid = l.database"
+            " where not l.granted and d.datname = current_database()",
+        )
+    )
+
+
 def wait_for_lock_wait(
     monitor: psycopg.Connection[Any], waiter: psycopg.Connection[Any], what: str
 ) -> None:

@@ -32,10 +32,16 @@ from pyjobq.migrate import (
     shipped_migrations,
     yoyo_url,
 )
-from tests.sqlhelp import FROZEN, freeze, one
+from tests.sqlhelp import FROZEN, freeze, lock_waits, one
 
 CANONICAL_SQL = Path(__file__).resolve().parent.parent / "sql" / "pyjobq.sql"
 RELEASED = migrations_dir() / "released.txt"
+
+
+def released_pins() -> list[list[str]]:
+    """Each line of released.txt: the release, the SHA-256 and the name of a migration."""
+    lines = RELEASED.read_text().splitlines()
+    return [line.split() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def psql_file(pg_server: LocalPostgres, path: Path, dsn: str) -> None:
@@ -405,11 +411,7 @@ def test_the_upgrade_to_the_history_keeps_the_default_partition_empty(
 def test_released_migrations_never_change() -> None:
     """Each migration a release shipped is as it shipped (released.txt pins its SHA-256), and
     the migrations no release shipped yet come after every one that was."""
-    pins = [
-        line.split()
-        for line in RELEASED.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    pins = released_pins()
     changed = [
         f"{name} (as {release} shipped it)"
         for release, digest, name in pins
@@ -491,11 +493,7 @@ def test_schema_28_moves_the_old_history_past_a_worker_that_reads_it_and_then_wr
             mover = threading.Thread(target=move)
             mover.start()
             deadline = time.monotonic() + 30
-            while not one(
-                conn,
-                "select exists (select from pg_locks l join pg_database d on d.oid = l.database"
-                " where not l.granted and d.datname = current_database())",
-            ):
+            while not lock_waits(conn):
                 assert mover.is_alive(), failed
                 assert time.monotonic() < deadline
                 time.sleep(0.01)

@@ -10,18 +10,18 @@ completions."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, LiteralString
+from typing import LiteralString
 
 import psycopg
 import pytest
 from yoyo import read_migrations
 
 from pyjobq.migrate import migrations_dir
-from tests.sqlhelp import one
-from tests.test_migrations import apply_until
+from tests.sqlhelp import lock_waits
+from tests.test_migrations import apply_until, released_pins
+from tests.workerhelp import wait_for
 
 # The calls of a client as the first release made them: its signatures, the columns it read.
 IN_FLIGHT: dict[str, LiteralString] = {
@@ -37,20 +37,8 @@ IN_FLIGHT: dict[str, LiteralString] = {
 
 def unreleased() -> list[Path]:
     """The steps after the last one released (migrations/released.txt)."""
-    lines = (migrations_dir() / "released.txt").read_text().splitlines()
-    released = [line.split()[2] for line in lines if line and not line.startswith("#")]
-    return [p for p in sorted(migrations_dir().glob("00*.sql")) if p.name > max(released)]
-
-
-def waiting(conn: psycopg.Connection[Any]) -> int:
-    """How many sessions of this database wait for a lock."""
-    return int(
-        one(
-            conn,
-            "select count(*) from pg_locks l join pg_database d on d.oid = l.database"
-            " where not l.granted and d.datname = current_database()",
-        )
-    )
+    last = max(name for _, _, name in released_pins())
+    return [p for p in sorted(migrations_dir().glob("00*.sql")) if p.name > last]
 
 
 def test_each_unreleased_step_lets_the_calls_under_way_finish(
@@ -92,10 +80,11 @@ def applied_under_calls(target: str, step: Path) -> dict[str, BaseException]:
         for thread in threads:
             thread.start()
         with psycopg.connect(target, autocommit=True) as observer:
-            deadline = time.monotonic() + 30
-            while waiting(observer) < len(threads):
-                assert time.monotonic() < deadline, f"{step.name}: the calls never waited"
-                time.sleep(0.01)
+            wait_for(
+                lambda: lock_waits(observer) >= len(threads),
+                f"{step.name}: the calls to wait",
+                patience=30,
+            )
         migrator.execute(step.read_text())
         migrator.commit()
     for thread in threads:

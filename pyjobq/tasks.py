@@ -173,9 +173,7 @@ class TaskHandler:
 def declared_handler(module: str, name: str) -> TaskHandler:
     """The handler of the task (or function) ``name`` of ``module``, imported: what a
     :class:`TaskHandler` is unpickled as."""
-    value: Any = importlib.import_module(module)
-    for part in name.split("."):
-        value = getattr(value, part)
+    value = pkgutil.resolve_name(f"{module}:{name}")
     return TaskHandler(value.function if isinstance(value, Task) else value)
 
 

@@ -17,8 +17,8 @@ connection autocommits, and so does the enqueue.
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -111,7 +111,4 @@ def _handler_at(module: str, name: str) -> DjangoHandler:
     """In a child process: Django set up, then the handler ``name`` of ``module`` imported."""
     if not apps.ready:
         django.setup()
-    value: Any = importlib.import_module(module)
-    for part in name.split("."):
-        value = getattr(value, part)
-    return DjangoHandler(value)
+    return DjangoHandler(pkgutil.resolve_name(f"{module}:{name}"))

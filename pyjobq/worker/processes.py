@@ -145,12 +145,11 @@ class ProcessPool:
     """Child processes for sync handlers, started on demand and reused (:func:`in_process`)."""
 
     def __init__(self, memory_mb: int | None = None, max_jobs_per_child: int | None = None):
-        if memory_mb is not None and not 32 <= memory_mb <= 1_048_576:
-            raise ValueError(f"memory_mb must be between 32 and 1048576, not {memory_mb!r}")
-        if max_jobs_per_child is not None and not 1 <= max_jobs_per_child <= 1_000_000:
-            raise ValueError(
-                f"max_jobs_per_child must be between 1 and 1000000, not {max_jobs_per_child!r}"
-            )
+        # Checked as the worker's settings child_memory_mb and max_jobs_per_child are: a value
+        # out of their range is a ValueError that names the setting and the range.
+        WorkerConfig(
+            processes=True, child_memory_mb=memory_mb, max_jobs_per_child=max_jobs_per_child
+        )
         self.memory_mb = memory_mb
         self.max_jobs_per_child = max_jobs_per_child
         self._idle: list[_Child] = []
@@ -269,8 +268,9 @@ def in_process(
 ) -> InProcess:
     """``handler`` run in a child process: killed at the job's deadline (the attempt fails and
     is retried), its address space capped at ``memory_mb``, replaced after
-    ``max_jobs_per_child`` jobs. Handlers given one ``pool`` share its children (and its
-    settings: give those to the pool)."""
+    ``max_jobs_per_child`` jobs (both in the ranges of the worker's ``child_memory_mb`` and
+    ``max_jobs_per_child``, whose names a ``ValueError`` gives). Handlers given one ``pool``
+    share its children (and its settings: give those to the pool)."""
     if pool is not None and (memory_mb is not None or max_jobs_per_child is not None):
         raise ValueError("give memory_mb and max_jobs_per_child to the pool, not beside it")
     return InProcess(handler, pool or ProcessPool(memory_mb, max_jobs_per_child))

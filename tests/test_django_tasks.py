@@ -346,3 +346,44 @@ def test_a_django_worker_runs_its_tasks_in_child_processes(project: Project, con
     result = json.loads(run(project, *shell, project.code(RESULT), stdin=json.dumps(job_id)))
     assert result["orders"] == 1
     assert result["pid"] != proc.pid
+
+
+JOBS = """
+    import os
+
+    from orders.models import Order
+    from pyjobq.tasks import Tasks
+
+    tasks = Tasks()
+
+
+    @tasks.task(1, "SEARCH")
+    def count(extra: int) -> dict:
+        return {"orders": Order.objects.count() + extra, "pid": os.getpid()}
+"""
+
+
+def test_a_tasks_table_importing_models_runs_in_child_processes(
+    project: Project, conn: Conn
+) -> None:
+    """``manage.py pyjobq worker orders.jobs:tasks --processes``, the tasks' module importing
+    models at its top: each child sets Django up before it imports it."""
+    (project.root / "orders" / "jobs.py").write_text(textwrap.dedent(JOBS))
+    enqueue = "from pyjobq.contrib.django import job_queue; from orders.jobs import count; "
+    run(project, "manage.py", "shell", "-v", "0", "-c", enqueue + "count.enqueue(job_queue(), 2)")
+    proc = subprocess.Popen(
+        [str(project.python), "manage.py", "pyjobq", "worker", "orders.jobs:tasks", "--processes"],
+        cwd=project.root, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # fmt: skip
+    try:
+        done = "select count(*) from pyjobq.job_all where job_type = 1 and status = 3"
+        wait_for(lambda: one(conn, done), "the job DONE")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        proc.kill()
+    result = one(conn, "select result from pyjobq.job_all where job_type = 1")
+    assert result["orders"] == 2
+    assert result["pid"] != proc.pid

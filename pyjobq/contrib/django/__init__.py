@@ -18,7 +18,7 @@ connection autocommits, and so does the enqueue.
 from __future__ import annotations
 
 import inspect
-import pkgutil
+import pickle
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -85,10 +85,9 @@ def django_handler(handler: Handler) -> Handler:
 @dataclass(frozen=True)
 class DjangoHandler:
     """A sync handler run as :func:`django_handler` says. It can run in a child process of the
-    worker (``manage.py pyjobq worker --processes``): it pickles as where its handler is
-    declared, and the child sets Django up (``django.setup()``, with the worker's
-    ``DJANGO_SETTINGS_MODULE``) before it imports the handler's module, which may import
-    models."""
+    worker (``manage.py pyjobq worker --processes``): the child sets Django up
+    (``django.setup()``, with the worker's ``DJANGO_SETTINGS_MODULE``) before it unpickles the
+    handler, which imports the handler's module (a task's too), which may import models."""
 
     handler: SyncHandler
 
@@ -100,15 +99,13 @@ class DjangoHandler:
             close_old_connections()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        module = getattr(self.handler, "__module__", None)
-        name = getattr(self.handler, "__qualname__", "<locals>")
-        if module is None or "<locals>" in name:  # an object, a closure: as it pickles
-            return (DjangoHandler, (self.handler,))
-        return (_handler_at, (module, name))
+        # Its handler travels pickled inside, so that the child unpickles it (importing its
+        # module, which may import models) only once Django is set up.
+        return (_set_up_with, (pickle.dumps(self.handler),))
 
 
-def _handler_at(module: str, name: str) -> DjangoHandler:
-    """In a child process: Django set up, then the handler ``name`` of ``module`` imported."""
+def _set_up_with(handler: bytes) -> DjangoHandler:
+    """In a child process: Django set up, then the handler unpickled."""
     if not apps.ready:
         django.setup()
-    return DjangoHandler(pkgutil.resolve_name(f"{module}:{name}"))
+    return DjangoHandler(pickle.loads(handler))

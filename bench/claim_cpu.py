@@ -18,16 +18,26 @@ claim, each statement runs ``--jobs`` (2000) transactions per round, rotating ov
 ``--repeat`` (3) rounds; each line shows the median microseconds per transaction, the range,
 and the ratio to ``raw claim``.
 
-``.venv/bin/python bench/claim_cpu.py [--jobs 2000] [--repeat 3]``
+With ``--before REV``, the claims of this schema (``sql/pyjobq.sql``) and of the schema at
+commit REV instead, in two databases of the one server, the rounds alternating between them:
+``job_claim`` and the Worker's claim each way, and each claim's time in the server as
+``track_functions`` counts it (the function's own, the round trip and the commit left out).
+
+``.venv/bin/python bench/claim_cpu.py [--jobs 2000] [--repeat 3] [--before REV]``
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
+import time
+from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
-from backend_cpu import Statement, measure, report
+from backend_cpu import Statement, measure, report, run
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
 from pyjobq.statements import CLAIM, CLAIM_WITH_NEXT_DUE
@@ -53,13 +63,89 @@ STATEMENTS: dict[str, Statement] = {
     "select 1": ("select 1", None),
 }
 CLAIMS_PER_ROUND = 3  # the statements above that take a job
+ROOT = Path(__file__).resolve().parent.parent
+CLAIMS = ("job_claim", "worker's claim")
+JOB_CLAIM = "pyjobq.job_claim(text, int, int, int[])"
+
+
+def backlog_of(conn: psycopg.Connection, jobs: int) -> None:
+    """``jobs`` PENDING jobs of type 1, enqueued in one call, and the tables analyzed."""
+    conn.execute(
+        "select count(*) from pyjobq.job_enqueue_many(1,"
+        " array(select '{}'::jsonb from generate_series(1, %s)))",
+        (jobs,),
+    )
+    conn.execute("vacuum analyze")
+
+
+def in_server(conn: psycopg.Connection, statement: Statement, jobs: int) -> float:
+    """Microseconds per call that ``job_claim`` took in the server over ``jobs`` transactions
+    of ``statement`` (track_functions)."""
+    conn.execute("set track_functions = 'pl'")
+    conn.execute("select pg_stat_reset_single_function_counters(%s::regprocedure)", (JOB_CLAIM,))
+    for _ in range(jobs):
+        run(conn, statement)
+    conn.execute("select pg_stat_force_next_flush()")
+    for _ in range(100):  # the counters reach the view once flushed
+        row = conn.execute(
+            "select calls, total_time from pg_stat_user_functions where funcid = %s::regprocedure",
+            (JOB_CLAIM,),
+        ).fetchone()
+        if row and row[0] >= jobs:
+            return float(row[1]) * 1000 / int(row[0])
+        time.sleep(0.05)
+    raise SystemExit("claim_cpu: the function counters never reached pg_stat_user_functions")
+
+
+def before_and_now(rev: str, jobs: int, repeat: int) -> None:
+    """The claims of this schema and of the schema at ``rev``, alternating round by round."""
+    schemas = {
+        "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
+        "before": subprocess.run(
+            ["git", "show", f"{rev}:sql/pyjobq.sql"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout,
+    }
+    cpu: dict[str, list[float]] = {}
+    server_us: dict[str, list[float]] = {name: [] for name in schemas}
+    with LocalPostgres() as pg, psycopg.connect(pg.dsn(), autocommit=True) as admin:
+        conns = {}
+        for name, schema in schemas.items():
+            admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+            conns[name] = psycopg.connect(pg.dsn(name), autocommit=True)
+            conns[name].execute(schema)
+            backlog_of(conns[name], (jobs + 1) * repeat * 3)
+        for round_ in range(repeat):
+            for name in ["now", "before"] if round_ % 2 == 0 else ["before", "now"]:
+                conn = conns[name]
+                picked = {claim: STATEMENTS[claim] for claim in CLAIMS}
+                for claim, values in measure(conn, picked, jobs, 1).items():
+                    cpu.setdefault(f"{claim}, {name}", []).extend(values)
+                server_us[name].append(in_server(conn, STATEMENTS["job_claim"], jobs))
+        version = conns["now"].info.server_version
+        for conn in conns.values():
+            conn.close()
+    report(cpu, "job_claim, before", jobs, repeat, version)
+    print()
+    for name, values in server_us.items():
+        print(
+            f"job_claim in the server, {name}: {statistics.median(values):,.0f} µs"
+            f" ({min(values):,.0f} to {max(values):,.0f})"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="a commit whose schema's claims to compare with")
     args = parser.parse_args()
+    if args.before:
+        before_and_now(args.before, args.jobs, args.repeat)
+        return
     backlog = (args.jobs + 1) * args.repeat * CLAIMS_PER_ROUND
     with LocalPostgres() as server:
         migrate(server.dsn())

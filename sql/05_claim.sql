@@ -116,19 +116,26 @@ as $$
 declare
   c_lifetime_us constant bigint := 1000000;  -- one second from the head scan that started it
   v_text text := current_setting('pyjobq.claim_front', true);
-  v_part text[] := string_to_array(v_text, '/');
-  v_epoch bigint;
+  v_part text[];
+  -- Null until the sequence is first called: epoch 0.
+  v_epoch bigint := coalesce(pg_sequence_last_value('pyjobq.job_claim_epoch'), 0);
   v_run_after_us bigint;
 begin
-  select case when e.is_called then e.last_value else 0 end into v_epoch from pyjobq.job_claim_epoch e;
   if coalesce(v_text, '') = '' then
     return row(v_epoch, null, null, null, null, null, null)::pyjobq.claim_front;
   end if;
+  v_part := string_to_array(v_text, '/');
+  -- Each number's digits (ASCII: a cast takes no other) and length first, so
+  -- that no cast can fail; a bounded repeat such as [0-9]{1,18} would cost the
+  -- regex engine several times as much.
   if cardinality(v_part) = 7
      and v_part[1] = v_epoch::text
      and v_part[3] = p_job_types
-     and v_part[2] ~ '^\d{1,18}$' and v_part[4] ~ '^\d{1,18}$' and v_part[7] ~ '^\d{1,18}$'
-     and v_part[5] ~ '^\d{1,5}$' and v_part[6] ~ '^-?\d{1,18}$'
+     and v_part[2] ~ '^[0-9]+$' and length(v_part[2]) <= 18
+     and v_part[4] ~ '^[0-9]+$' and length(v_part[4]) <= 18
+     and v_part[7] ~ '^[0-9]+$' and length(v_part[7]) <= 18
+     and v_part[5] ~ '^[0-9]+$' and length(v_part[5]) <= 5
+     and v_part[6] ~ '^-?[0-9]+$' and length(ltrim(v_part[6], '-')) <= 18
      and p_now_us < v_part[2]::bigint + c_lifetime_us
      and p_now_us >= v_part[2]::bigint
      -- a clock set back (a frozen test clock reset, an NTP step) would let new
@@ -196,22 +203,22 @@ begin
            lease_until = p_at + make_interval(secs => least(p_lease, t.timeout_seconds)),
            run_started_at = p_at,
            updated_at = p_at
-      from pyjobq.job_type t
-     where j.job_id = any (p_ids)
+      from pyjobq.job_type t,
+           unnest(p_ids) with ordinality u(job_id, ord)
+     where j.job_id = u.job_id
        -- Not "status = 1", which job_claim_idx's predicate matches: on a table
        -- never analyzed, the planner would then read every PENDING job to
        -- find these few, where the primary key finds each.
        and j.status::int = 1
        and t.job_type = j.job_type
     returning j.job_id, j.job_type, j.priority, j.payload, j.attempts, j.max_attempts, j.dedupe_key,
-              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.waiting_on
+              j.run_after, j.lease_until, j.created_at, j.lease_token, j.metadata, j.waiting_on, u.ord
   )
   select c.job_id, c.job_type::int, c.priority::int, c.payload, c.attempts::int, c.max_attempts::int,
          c.dedupe_key::text, c.run_after, c.lease_until, c.created_at, c.lease_token, c.metadata,
          case when c.waiting_on is not null then pyjobq._parent_results(c.job_id) end
     from claimed c
-    join unnest(p_ids) with ordinality u(job_id, ord) on u.job_id = c.job_id
-   order by u.ord;
+   order by c.ord;
 end;
 $$;
 
@@ -233,15 +240,20 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
 -- next priority that has PENDING jobs, found by one descent of the index.
 -- However many jobs sleep, a claim reads none of them.
 --
--- A pass is one statement: the priorities come in order, each once, and as
--- far as the pick reads them; once it has its jobs, no further priority is
--- looked up and no further row is locked. SKIP LOCKED lets concurrent
--- claimers take the next rows instead of waiting. Below the front's priority
--- a descent stops at it, so that the jobs claimed from it since the front
--- started, whose index entries an old snapshot may keep, are never walked
--- past. A pass starts at (priority, run_after, seq): the priorities before it
--- whole, then its priority's jobs after that point, then the later
--- priorities whole; the scan from the head starts before every job.
+-- A pass takes the priorities in order, each once, and as far as it needs
+-- them: once it has its jobs, no further priority is looked up and no further
+-- row is locked. SKIP LOCKED lets concurrent claimers take the next rows
+-- instead of waiting. A pass that resumes from the front takes the
+-- priorities before the front's whole, then the front's priority after the
+-- front's position, then the later priorities whole; below the front's
+-- priority a descent stops at it, so that the jobs claimed from it since the
+-- front started, whose index entries an old snapshot may keep, are never
+-- walked past. The pass from the head takes every priority whole.
+--
+-- Each step is a statement of its own, small and planned once per session:
+-- one statement that walked the priorities itself (a recursive query, ordered
+-- aggregates for the new front) cost a claim more to set up at each call than
+-- the steps cost to run.
 --
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
@@ -260,88 +272,71 @@ set jit = off
 as $$
 declare
   v_now_us bigint := (extract(epoch from p_now) * 1000000)::bigint;
-  v_front pyjobq.claim_front;
-  v_priority smallint := -1;  -- where a pass starts (see above)
-  v_run_after timestamptz := '-infinity';
-  v_seq bigint := 0;
+  v_front pyjobq.claim_front := pyjobq._claim_front_read(p_types::text, v_now_us);
+  -- The pass under way resumes from the front (see "Claim fronts" above): the
+  -- first, if the front still holds; the pass from the head comes after it,
+  -- and alone without one.
+  v_resume boolean := v_front.seq is not null;
+  v_front_priority smallint := v_front.priority;
+  v_priority smallint;  -- the priority the pass reads next
+  v_after_run_after timestamptz;  -- and where in it: after this position
+  v_after_seq bigint;
   v_ids uuid[] := '{}';
-  v_picked uuid[];
-  v_last pyjobq.claim_front;  -- where the pass that picked last ended
-  v_from_head boolean := false;
+  v_pass uuid[];
+  v_last uuid;  -- the last job of the last pass that picked
+  v_last_from_head boolean;
   v_passes int := 0;  -- passes that picked
 begin
-  -- Resume after this session's claim front, if it still holds (see "Claim
-  -- fronts" above); the scan from the head comes after, and alone without one.
-  v_front := pyjobq._claim_front_read(p_types::text, v_now_us);
-  if v_front.seq is not null then
-    v_priority := v_front.priority;
-    v_run_after := v_front.run_after;
-    v_seq := v_front.seq;
-  end if;
   loop
-    with recursive present(priority) as (
-      select case when v_priority < 0
-                  then (select c.priority from pyjobq.job c
-                         where c.status = 1
-                         order by c.priority limit 1)
-                  else coalesce((select c.priority from pyjobq.job c
-                                  where c.status = 1 and c.priority < v_priority
-                                  order by c.priority limit 1), v_priority)
-             end
-      union all
-      select case when q.priority < v_priority
-                  then coalesce((select c.priority from pyjobq.job c
-                                  where c.status = 1 and c.priority > q.priority and c.priority < v_priority
-                                  order by c.priority limit 1), v_priority)
-                  else (select c.priority from pyjobq.job c
-                         where c.status = 1 and c.priority > q.priority
-                         order by c.priority limit 1)
-             end
-        from present q
-       where q.priority is not null
-    ),
-    picked as (
-      select d.*
-        from present q
-        cross join lateral (
-          select c.job_id, c.priority, c.run_after, c.seq
-            from pyjobq.job c
-           where c.status = 1
-             and c.priority = q.priority
-             and (c.priority, c.run_after, c.seq)
-                 > (q.priority,
-                    case when q.priority = v_priority then v_run_after else '-infinity' end,
-                    case when q.priority = v_priority then v_seq else 0 end)
-             and c.run_after <= p_now
-             and c.job_type = any (p_types)
-             and c.job_id <> all (v_ids)
-           order by c.priority, c.run_after, c.seq
-           limit p_limit - cardinality(v_ids)
-             for update skip locked
-        ) d
-       limit p_limit - cardinality(v_ids)
-    )
-    select array_agg(p.job_id order by p.priority, p.run_after, p.seq),
-           (array_agg(p.priority order by p.priority desc, p.run_after desc, p.seq desc))[1],
-           (array_agg(p.run_after order by p.priority desc, p.run_after desc, p.seq desc))[1],
-           (array_agg(p.seq order by p.priority desc, p.run_after desc, p.seq desc))[1]
-      into v_picked, v_last.priority, v_last.run_after, v_last.seq
-      from picked p;
-    if v_picked is not null then
-      v_ids := v_ids || v_picked;
+    v_pass := '{}';
+    v_priority := case when v_resume
+                       then coalesce((select c.priority from pyjobq.job c
+                                       where c.status = 1 and c.priority < v_front_priority
+                                       order by c.priority limit 1), v_front_priority)
+                       else (select c.priority from pyjobq.job c
+                              where c.status = 1
+                              order by c.priority limit 1) end;
+    while v_priority is not null loop
+      if v_resume and v_priority = v_front_priority then
+        v_after_run_after := v_front.run_after;
+        v_after_seq := v_front.seq;
+      else
+        v_after_run_after := '-infinity';
+        v_after_seq := 0;
+      end if;
+      v_pass := v_pass || array(
+        select c.job_id
+          from pyjobq.job c
+         where c.status = 1
+           and c.priority = v_priority
+           and (c.priority, c.run_after, c.seq) > (v_priority, v_after_run_after, v_after_seq)
+           and c.run_after <= p_now
+           and c.job_type = any (p_types)
+           and c.job_id <> all (v_ids)
+         order by c.priority, c.run_after, c.seq
+         limit p_limit - cardinality(v_ids) - cardinality(v_pass)
+           for update skip locked);
+      exit when cardinality(v_ids) + cardinality(v_pass) = p_limit;
+      v_priority := case when v_resume and v_priority < v_front_priority
+                         then coalesce((select c.priority from pyjobq.job c
+                                         where c.status = 1 and c.priority > v_priority
+                                           and c.priority < v_front_priority
+                                         order by c.priority limit 1), v_front_priority)
+                         else (select c.priority from pyjobq.job c
+                                where c.status = 1 and c.priority > v_priority
+                                order by c.priority limit 1) end;
+    end loop;
+    if cardinality(v_pass) > 0 then
+      v_ids := v_ids || v_pass;
       v_passes := v_passes + 1;
-      v_front.priority := v_last.priority;
-      v_front.run_after := v_last.run_after;
-      v_front.seq := v_last.seq;
-      v_from_head := v_priority = -1;
+      v_last := v_pass[cardinality(v_pass)];
+      v_last_from_head := not v_resume;
     end if;
-    exit when cardinality(v_ids) = p_limit or v_priority = -1;
+    exit when cardinality(v_ids) = p_limit or not v_resume;
     -- Then from the head: due jobs may remain behind the front.
-    v_priority := -1;
-    v_run_after := '-infinity';
-    v_seq := 0;
+    v_resume := false;
   end loop;
-  if cardinality(v_ids) = 0 then
+  if v_last is null then
     return '{}';
   end if;
   if v_passes > 1 then
@@ -353,8 +348,12 @@ begin
   end if;
   -- The new front: where the last pass that picked ended. A head scan that
   -- picked starts a new second of life; resuming keeps the old front's.
+  select j.priority, j.run_after, j.seq
+    into v_front.priority, v_front.run_after, v_front.seq
+    from pyjobq.job j
+   where j.job_id = v_last;
   perform pyjobq._claim_front_write(row(
-    v_front.epoch, case when v_from_head then v_now_us else v_front.started_us end, p_types::text,
+    v_front.epoch, case when v_last_from_head then v_now_us else v_front.started_us end, p_types::text,
     v_now_us, v_front.priority, v_front.run_after, v_front.seq)::pyjobq.claim_front);
   return v_ids;
 end;

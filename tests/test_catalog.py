@@ -185,12 +185,12 @@ def locking_scans(plan: Any) -> list[Any]:
 
 def test_claim_on_a_bulk_loaded_never_analyzed_table_scans_the_claim_index(conn: Conn) -> None:
     bulk_load_unanalyzed(conn, 200000)
+    # Each claim's statements on the job table: its pick, which locks what it takes, and
+    # the descents of job_claim_idx that find the priorities to read.
     plans = nested_plans(conn, "select * from pyjobq.job_claim('w1', 10)", "pyjobq.job c", 7)
-    assert len(plans) == 7
+    assert len([plan for plan in plans if locking_scans(plan)]) == 7
     for plan in plans:
-        scans = locking_scans(plan)
-        assert scans
-        nodes = node_types(scans)
+        nodes = node_types(locking_scans(plan) or plan)
         assert "job_claim_idx" in nodes, nodes
         assert "Sort" not in nodes, nodes
         assert not [n for n in nodes if n.startswith("Bitmap")], nodes

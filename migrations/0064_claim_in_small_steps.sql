@@ -3,11 +3,15 @@
 -- Schema 64: the plain claim in small steps. Its pick walks the priorities
 -- in a loop of small statements, each planned once per session, where one
 -- recursive statement with ordered aggregates cost more to set up at every
--- call than the steps cost to run; the claim front is read without a query
--- of the epoch's sequence and without bounded regular expressions; the lease
--- keeps the callers' order through the update's own join. The same jobs in
--- the same order. Three functions, their signatures unchanged. No table
--- changes.
+-- call than the steps cost to run; a claim that comes back short leaves no
+-- front, so the next one reads from the head alone instead of after the
+-- front and then from the head; the claim front is read without a query of
+-- the epoch's sequence and without bounded regular expressions. The lease
+-- keeps the callers' order through the update's own join, and its plan is
+-- pinned to the primary key: one made by a session's first claim on an
+-- almost empty queue scanned the whole table at every claim after it. The
+-- same jobs in the same order. Three functions, their signatures unchanged.
+-- No table changes.
 
 create or replace function pyjobq.schema_version()
 returns int
@@ -78,6 +82,16 @@ returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+-- One plan for the session, pinned: the ids on the outside, each job found by
+-- its primary key, whatever the statistics say. A session's first claim often
+-- meets a queue of a few jobs, whose plan (a scan of the whole table) would
+-- otherwise serve every claim after it until the table is analyzed again. The
+-- penalties of the disabled methods would tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
 set plan_cache_mode = force_generic_plan
 as $$
 begin
@@ -123,6 +137,8 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set plan_cache_mode = force_generic_plan
 set enable_sort = off  -- see above
+set enable_seqscan = off
+set enable_bitmapscan = off
 set jit = off
 as $$
 declare
@@ -191,15 +207,21 @@ begin
     -- Then from the head: due jobs may remain behind the front.
     v_resume := false;
   end loop;
-  if v_last is null then
-    return '{}';
-  end if;
   if v_passes > 1 then
     -- The head scan took jobs left behind the front: they come first.
     select array_agg(j.job_id order by j.priority, j.run_after, j.seq)
       into v_ids
       from pyjobq.job j
      where j.job_id = any (v_ids);
+  end if;
+  if cardinality(v_ids) < p_limit then
+    -- Short: the claim took every due job it could lock. The next claim starts
+    -- from the head, as this one's last pass did: resuming, a claim that comes
+    -- back short reads from the head as well, after the front.
+    if v_front.seq is not null then
+      perform set_config('pyjobq.claim_front', '', false);
+    end if;
+    return v_ids;
   end if;
   -- The new front: where the last pass that picked ended. A head scan that
   -- picked starts a new second of life; resuming keeps the old front's.

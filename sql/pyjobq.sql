@@ -2529,7 +2529,9 @@ comment on function pyjobq.job_enqueue_many(int, jsonb[], text[], int, timestamp
 -- snapshot lives, no scan and no vacuum may drop it: every claim from the head
 -- of job_claim_idx would walk past all jobs claimed since, and a drain would
 -- turn quadratic. So a session remembers where its last claim ended, its
--- front: (priority, run_after, seq) of the last job taken. Every due job
+-- front: (priority, run_after, seq) of the last job taken, if the claim took
+-- as many jobs as it asked for. (One that came back short took every due job
+-- it could lock; the next claim starts from the head.) Every due job
 -- before that point was claimed, or locked by a claimer, when it was taken.
 -- New jobs sort after it (seq grows, run_after >= now), except jobs of a more
 -- urgent priority, which job_claim looks for separately, and jobs that a
@@ -2711,6 +2713,16 @@ returns setof pyjobq.claimed_job
 language plpgsql
 volatile
 set search_path = pg_catalog, pyjobq, pg_temp
+-- One plan for the session, pinned: the ids on the outside, each job found by
+-- its primary key, whatever the statistics say. A session's first claim often
+-- meets a queue of a few jobs, whose plan (a scan of the whole table) would
+-- otherwise serve every claim after it until the table is analyzed again. The
+-- penalties of the disabled methods would tip the plan into JIT compilation.
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set jit = off
 set plan_cache_mode = force_generic_plan
 as $$
 begin
@@ -2780,9 +2792,12 @@ comment on function pyjobq._lease(text, uuid[], int, timestamptz) is
 -- On a freshly bulk-loaded, never-analyzed table the planner guesses that few
 -- rows are due and prefers a bitmap scan plus a sort of every due row. Taking
 -- sorts off the table leaves the ordered scan of job_claim_idx, which stops
--- after p_limit rows, whatever the statistics say. The penalty that disabling
--- adds to a plan's cost would otherwise also trigger JIT compilation on
--- every call (hundreds of milliseconds), so JIT is off here too.
+-- after p_limit rows, whatever the statistics say. Every other step reads a
+-- job by its primary key: no scan of the whole table either, which a plan
+-- made on a nearly empty queue, the session's first claim, would keep. The
+-- penalty that disabling adds to a plan's cost would otherwise also trigger
+-- JIT compilation on every call (hundreds of milliseconds), so JIT is off
+-- here too.
 create function pyjobq._claim_pick(p_types smallint[], p_limit int, p_now timestamptz)
 returns uuid[]
 language plpgsql
@@ -2790,6 +2805,8 @@ volatile
 set search_path = pg_catalog, pyjobq, pg_temp
 set plan_cache_mode = force_generic_plan
 set enable_sort = off  -- see above
+set enable_seqscan = off
+set enable_bitmapscan = off
 set jit = off
 as $$
 declare
@@ -2858,15 +2875,21 @@ begin
     -- Then from the head: due jobs may remain behind the front.
     v_resume := false;
   end loop;
-  if v_last is null then
-    return '{}';
-  end if;
   if v_passes > 1 then
     -- The head scan took jobs left behind the front: they come first.
     select array_agg(j.job_id order by j.priority, j.run_after, j.seq)
       into v_ids
       from pyjobq.job j
      where j.job_id = any (v_ids);
+  end if;
+  if cardinality(v_ids) < p_limit then
+    -- Short: the claim took every due job it could lock. The next claim starts
+    -- from the head, as this one's last pass did: resuming, a claim that comes
+    -- back short reads from the head as well, after the front.
+    if v_front.seq is not null then
+      perform set_config('pyjobq.claim_front', '', false);
+    end if;
+    return v_ids;
   end if;
   -- The new front: where the last pass that picked ended. A head scan that
   -- picked starts a new second of life; resuming keeps the old front's.

@@ -199,6 +199,31 @@ def test_claim_on_a_bulk_loaded_never_analyzed_table_scans_the_claim_index(conn:
         assert "JIT" not in json.dumps(plan)
 
 
+def test_a_session_whose_first_claim_met_an_empty_queue_still_leases_by_primary_key(
+    conn: Conn,
+) -> None:
+    # A worker's first claim, planned once for its session, meets a queue of one job; a
+    # backlog comes after, and no statistics are taken meanwhile.
+    conn.execute("alter table pyjobq.job set (autovacuum_enabled = false)")
+    conn.execute("select pyjobq.job_enqueue(1, '{}')")
+    assert len(conn.execute("select * from pyjobq.job_claim('w1', 10)").fetchall()) == 1
+    conn.execute(
+        "select count(*) from pyjobq.job_enqueue_many(1,"
+        " array(select '{}'::jsonb from generate_series(1, 20000)))"
+    )
+    # The lease's update, and the pick's read of where the claim ended (its new front).
+    plans = nested_plans(conn, "select * from pyjobq.job_claim('w1', 10)", "pyjobq.job j", 7)
+    assert len(plans) == 14
+    for plan in plans:
+        nodes = node_types(plan)
+        assert "job_pkey" in nodes, nodes
+        assert "Seq Scan" not in nodes, nodes
+        assert "Hash Join" not in nodes, nodes
+        assert "Merge Join" not in nodes, nodes
+        assert all("Index Cond" in scan for scan in index_scans(plan, "job_pkey")), plan
+        assert "JIT" not in json.dumps(plan)
+
+
 def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: Conn) -> None:
     bulk_load_unanalyzed(conn, 20000)
     conn.execute("analyze pyjobq.job")  # statistics taken while no job was RUNNING

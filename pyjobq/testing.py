@@ -29,7 +29,7 @@ import psycopg
 
 from pyjobq.queue import JobQueue
 from pyjobq.rows import ClaimedJob, Outcome
-from pyjobq.worker.outcomes import DeadLetter, Retry, Snooze, error_text
+from pyjobq.worker.outcomes import error_text, outcome_of
 from pyjobq.worker.running import Handler
 
 
@@ -86,14 +86,9 @@ def _run(queue: JobQueue, worker_id: str, job: ClaimedJob, handler: Handler) -> 
         if inspect.isawaitable(value):
             value = asyncio.run(_awaited(value))
         result = cast(Mapping[str, Any] | None, value)
-    except Snooze as e:
-        outcome, delay = "snoozed", e.seconds
-    except Retry as e:
-        outcome, error, delay = "failed", error_text(e), e.delay_seconds
-    except DeadLetter as e:
-        outcome, error = "dead", error_text(e)
-    except Exception as e:  # the job's failure, as a worker records it
-        outcome, error = "failed", error_text(e)
+    except (Exception, SystemExit) as e:  # the attempt's end, as a worker records it
+        outcome, delay = outcome_of(e)
+        error = None if outcome == "snoozed" else error_text(e)
     (finished,) = queue.finish_many(
         worker_id, [job.job_id], [job.attempt], [outcome], [result], [error], [delay],
         [job.lease_token],

@@ -31,6 +31,8 @@ def handler(job: ClaimedJob) -> dict[str, Any] | None:
         raise Snooze(60)
     if kind == "bug":
         raise KeyError("bug")
+    if kind == "exit":
+        sys.exit(3)  # fails its job, as in a worker: not the test run
     return {"ok": kind}
 
 
@@ -42,7 +44,7 @@ def test_due_jobs_run_here_and_end_as_a_worker_ends_them(conn: Conn) -> None:
     q = JobQueue(conn)
     ids = {
         kind: q.enqueue(1, {"kind": kind}, max_attempts=2).job_id
-        for kind in ("ok", "retry-now", "dead", "snooze", "bug")
+        for kind in ("ok", "retry-now", "dead", "snooze", "bug", "exit")
     }
     ids["async"] = q.enqueue(2, {"n": 3}).job_id
     ran = run_pending(conn, {1: handler, "OUTBOX": async_handler})
@@ -51,7 +53,8 @@ def test_due_jobs_run_here_and_end_as_a_worker_ends_them(conn: Conn) -> None:
     assert [r.job_id for r in ran].count(ids["retry-now"]) == 2
     assert statuses == {
         ids["ok"]: "DONE", ids["retry-now"]: "DEAD", ids["dead"]: "DEAD",
-        ids["snooze"]: "PENDING", ids["bug"]: "PENDING", ids["async"]: "DONE",
+        ids["snooze"]: "PENDING", ids["bug"]: "PENDING", ids["exit"]: "PENDING",
+        ids["async"]: "DONE",
     }  # fmt: skip
     assert one(conn, "select result from pyjobq.job_all where job_id = %s", (ids["ok"],)) == {
         "ok": "ok"
@@ -60,6 +63,9 @@ def test_due_jobs_run_here_and_end_as_a_worker_ends_them(conn: Conn) -> None:
     bug = next(r for r in ran if r.job_id == ids["bug"])
     assert bug.error is not None
     assert bug.error.splitlines()[-1] == "KeyError: 'bug'"
+    exited = next(r for r in ran if r.job_id == ids["exit"])
+    assert exited.error is not None
+    assert exited.error.splitlines()[-1] == "SystemExit: 3"
     assert run_pending(conn, {1: handler, 2: async_handler}) == []  # nothing due now
 
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pyjobq.rows import ClaimedJob, Finish, JobStatus
+from pyjobq.rows import ClaimedJob, Finish, JobStatus, Outcome
 from pyjobq.storable import storable_text
 from pyjobq.worker.state import Held, WorkerState
 
@@ -76,6 +76,19 @@ class Snooze(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.seconds,))
+
+
+def outcome_of(error: BaseException) -> tuple[Outcome, float | None]:
+    """What ``error``, raised by a handler, makes of its attempt, and the delay to send with it:
+    snoozed for ``Snooze`` (its seconds), DEAD for ``DeadLetter``, failed for ``Retry`` (its
+    delay; None: the queue's backoff) and for any other exception (the queue's backoff)."""
+    if isinstance(error, Snooze):
+        return "snoozed", error.seconds
+    if isinstance(error, DeadLetter):
+        return "dead", None
+    if isinstance(error, Retry):
+        return "failed", error.delay_seconds
+    return "failed", None
 
 
 def error_text(error: BaseException) -> str:
@@ -157,6 +170,16 @@ class Outcomes:
         s.metrics.waiting += 1
         s.hook(s.hooks.on_job_end, held.job, "waiting", None)
         log.info("job %s", wait, extra=s.extra(held.job))
+
+    @classmethod
+    def raised(cls, held: Held, error: BaseException) -> None:
+        """Record in ``held`` what its handler's ``error`` makes of the attempt (``outcome_of``),
+        for the flush to send."""
+        outcome, delay = outcome_of(error)
+        if outcome == "snoozed":
+            cls.snooze(held, delay or 0.0)
+        else:
+            cls.fail(held, error, delay, outcome == "dead")
 
     @staticmethod
     def fail(held: Held, error: BaseException, delay: float | None, dead_letter: bool) -> None:

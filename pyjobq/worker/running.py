@@ -20,7 +20,7 @@ from pyjobq.tracing import handler_span, in_current_context
 from pyjobq.worker.claiming import Claimer
 from pyjobq.worker.config import WorkerConfig
 from pyjobq.worker.context import RunningJob, running
-from pyjobq.worker.outcomes import DeadLetter, Outcomes, Retry, Snooze, Waiting
+from pyjobq.worker.outcomes import Outcomes, Waiting
 from pyjobq.worker.state import Held, WorkerState
 
 SyncHandler = Callable[[ClaimedJob], Payload | None]
@@ -123,14 +123,8 @@ class Runner:
                 self.past_deadline(held)
             elif not held.cancelled:
                 raise  # a hard stop
-        except Snooze as e:
-            self.outcomes.snooze(held, e.seconds)
-        except Retry as e:
-            self.outcomes.fail(held, e, e.delay_seconds, False)
-        except DeadLetter as e:
-            self.outcomes.fail(held, e, None, True)
         except (Exception, SystemExit) as e:  # a handler's sys.exit() fails its job, not us
-            self.outcomes.fail(held, e, None, False)
+            self.outcomes.raised(held, e)
         else:
             if held.completed_in_tx:  # DONE in the handler's own transaction: nothing to send
                 s.metrics.completed += 1

@@ -295,7 +295,7 @@ declare
   -- and alone without one.
   v_resume boolean := v_front.seq is not null;
   v_front_priority smallint := v_front.priority;
-  v_priority smallint;  -- the priority the pass reads next
+  v_priority int;  -- the priority the pass reads next (below every smallint: none yet)
   v_after_run_after timestamptz;  -- and where in it: after this position
   v_after_seq bigint;
   v_ids uuid[] := '{}';
@@ -306,14 +306,19 @@ declare
 begin
   loop
     v_pass := '{}';
-    v_priority := case when v_resume
-                       then coalesce((select c.priority from pyjobq.job c
-                                       where c.status = 1 and c.priority < v_front_priority
-                                       order by c.priority limit 1), v_front_priority)
-                       else (select c.priority from pyjobq.job c
-                              where c.status = 1
-                              order by c.priority limit 1) end;
-    while v_priority is not null loop
+    v_priority := -32769;
+    loop
+      -- The next priority that has PENDING jobs; resuming, none past the
+      -- front's before the front's own.
+      v_priority := case when v_resume and v_priority < v_front_priority
+                         then coalesce((select c.priority from pyjobq.job c
+                                         where c.status = 1 and c.priority > v_priority
+                                           and c.priority < v_front_priority
+                                         order by c.priority limit 1), v_front_priority)
+                         else (select c.priority from pyjobq.job c
+                                where c.status = 1 and c.priority > v_priority
+                                order by c.priority limit 1) end;
+      exit when v_priority is null;
       if v_resume and v_priority = v_front_priority then
         v_after_run_after := v_front.run_after;
         v_after_seq := v_front.seq;
@@ -334,14 +339,6 @@ begin
          limit p_limit - cardinality(v_ids) - cardinality(v_pass)
            for update skip locked);
       exit when cardinality(v_ids) + cardinality(v_pass) = p_limit;
-      v_priority := case when v_resume and v_priority < v_front_priority
-                         then coalesce((select c.priority from pyjobq.job c
-                                         where c.status = 1 and c.priority > v_priority
-                                           and c.priority < v_front_priority
-                                         order by c.priority limit 1), v_front_priority)
-                         else (select c.priority from pyjobq.job c
-                                where c.status = 1 and c.priority > v_priority
-                                order by c.priority limit 1) end;
     end loop;
     if cardinality(v_pass) > 0 then
       v_ids := v_ids || v_pass;

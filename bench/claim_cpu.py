@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -41,6 +39,7 @@ from backend_cpu import Statement, measure, report, run
 from pyjobq.localpg import LocalPostgres
 from pyjobq.migrate import migrate
 from pyjobq.statements import CLAIM, CLAIM_WITH_NEXT_DUE
+from schema_ab import now_and_before
 
 PLAIN = (
     "create table plain (id bigserial primary key, status int not null default 1,"
@@ -63,7 +62,6 @@ STATEMENTS: dict[str, Statement] = {
     "select 1": ("select 1", None),
 }
 CLAIMS_PER_ROUND = 3  # the statements above that take a job
-ROOT = Path(__file__).resolve().parent.parent
 CLAIMS = ("job_claim", "worker's claim")
 JOB_CLAIM = "pyjobq.job_claim(text, int, int, int[])"
 
@@ -99,16 +97,7 @@ def in_server(conn: psycopg.Connection, statement: Statement, jobs: int) -> floa
 
 def before_and_now(rev: str, jobs: int, repeat: int) -> None:
     """The claims of this schema and of the schema at ``rev``, alternating round by round."""
-    schemas = {
-        "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
-        "before": subprocess.run(
-            ["git", "show", f"{rev}:sql/pyjobq.sql"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout,
-    }
+    schemas = now_and_before(rev)
     cpu: dict[str, list[float]] = {}
     server_us: dict[str, list[float]] = {name: [] for name in schemas}
     with LocalPostgres() as pg, psycopg.connect(pg.dsn(), autocommit=True) as admin:

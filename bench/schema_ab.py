@@ -50,6 +50,20 @@ def enqueue(conn: psycopg.Connection[tuple[object, ...]], jobs: int, size: int, 
     )
 
 
+def now_and_before(rev: str) -> dict[str, str]:
+    """The schema as it is now (``sql/pyjobq.sql``) and as it was at commit ``rev``, by name."""
+    return {
+        "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
+        "before": subprocess.run(
+            ["git", "show", f"{rev}:sql/pyjobq.sql"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="a commit whose schema to compare with")
@@ -62,16 +76,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="keys, with --key-limit")
     args = parser.parse_args()
     keys = args.keys if args.key_limit else 0
-    schemas = {
-        "now": (ROOT / "sql" / "pyjobq.sql").read_text(),
-        "before": subprocess.run(
-            ["git", "show", f"{args.before}:sql/pyjobq.sql"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout,
-    }
+    schemas = now_and_before(args.before)
     rates: dict[str, list[float]] = {name: [] for name in schemas}
     wal: dict[str, list[float]] = {name: [] for name in schemas}
     flushed = "select pg_current_wal_flush_lsn()::text"

@@ -199,6 +199,19 @@ def test_claim_on_a_bulk_loaded_never_analyzed_table_scans_the_claim_index(conn:
         assert "JIT" not in json.dumps(plan)
 
 
+def assert_each_job_found_by_primary_key(plan: Any) -> None:
+    """``plan`` looks each job up by ``job_pkey``, input rows on the outside: no scan of the
+    table, no join that walks the index whole, no JIT."""
+    nodes = node_types(plan)
+    assert "job_pkey" in nodes, nodes
+    assert "Seq Scan" not in nodes, nodes
+    assert "Hash Join" not in nodes, nodes
+    assert "Merge Join" not in nodes, nodes
+    # A lookup per input job, not a full walk of the index joined to the input.
+    assert all("Index Cond" in scan for scan in index_scans(plan, "job_pkey")), plan
+    assert "JIT" not in json.dumps(plan)
+
+
 def test_a_session_whose_first_claim_met_an_empty_queue_still_leases_by_primary_key(
     conn: Conn,
 ) -> None:
@@ -215,13 +228,7 @@ def test_a_session_whose_first_claim_met_an_empty_queue_still_leases_by_primary_
     plans = nested_plans(conn, "select * from pyjobq.job_claim('w1', 10)", "pyjobq.job j", 7)
     assert len(plans) == 14
     for plan in plans:
-        nodes = node_types(plan)
-        assert "job_pkey" in nodes, nodes
-        assert "Seq Scan" not in nodes, nodes
-        assert "Hash Join" not in nodes, nodes
-        assert "Merge Join" not in nodes, nodes
-        assert all("Index Cond" in scan for scan in index_scans(plan, "job_pkey")), plan
-        assert "JIT" not in json.dumps(plan)
+        assert_each_job_found_by_primary_key(plan)
 
 
 def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: Conn) -> None:
@@ -236,13 +243,6 @@ def test_complete_many_finds_jobs_by_primary_key_whatever_the_statistics(conn: C
         plans += nested_plans(conn, complete, "delete from pyjobq.job", 1, (batch,))
     assert len(plans) == 7
     for plan in plans:
-        nodes = node_types(plan)
-        assert "job_pkey" in nodes, nodes
-        assert "job_lease_idx" not in nodes, nodes
-        assert "Seq Scan" not in nodes, nodes
-        assert "Hash Join" not in nodes, nodes
-        assert "Merge Join" not in nodes, nodes
-        # A lookup per input job, not a full walk of the index joined to the input.
-        assert all("Index Cond" in scan for scan in index_scans(plan, "job_pkey")), plan
-        assert "JIT" not in json.dumps(plan)
+        assert "job_lease_idx" not in node_types(plan), plan
+        assert_each_job_found_by_primary_key(plan)
     assert conn.execute("select count(*) from pyjobq.job_all where status = 3").fetchone() == (70,)

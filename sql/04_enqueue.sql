@@ -142,7 +142,7 @@ as $$
 declare
   v_seq bigint;
   v_new_id uuid;
-  v_row pyjobq.job_history;
+  v_row pyjobq.job;
   v_id uuid;
   v_ended uuid;
   v_status smallint := 1;
@@ -183,26 +183,26 @@ begin
   loop
     v_seq := nextval('pyjobq.job_seq');
     v_new_id := (pyjobq._job_id_prefix(p_now) || to_hex(v_seq | (-9223372036854775808)::bigint))::uuid;
-    -- The row in the history's column order; born CANCELLED, it is history at
-    -- once. A fair rank only for a type with fair share: asked in the row's
-    -- own statement, it costs the others no call.
-    v_row := row(v_new_id, p_job_type, v_status, p_priority, p_payload, null, p_dedupe_key, 0, p_max_attempts,
-                 p_run_after, null, null, null, case when v_status = 5 then v_failure end, p_now, p_now, v_seq, 0,
-                 false, null, p_concurrency_key,
+    -- The row, built once; born CANCELLED, it is history at once. A fair rank
+    -- only for a type with fair share: asked in the row's own statement, it
+    -- costs the others no call.
+    v_row := row(v_new_id, p_job_type, p_priority, p_max_attempts, p_now, v_seq,
                  (select (pyjobq._fair_ranks(p_job_type, p_priority, array[p_concurrency_key], 1, p_now))[1]
                     from pyjobq.job_type t
                    where t.job_type = p_job_type and t.fair_share),
-                 p_metadata, v_waiting, case when p_parents is not null then p_run_on_parent_failure end, false,
-                 p_batch_id);
+                 p_payload, p_dedupe_key, p_concurrency_key, p_metadata, p_batch_id,
+                 case when p_parents is not null then p_run_on_parent_failure end, null, false, false, v_waiting,
+                 0, p_run_after, case when v_status = 5 then v_failure end, v_status, 0, null, null, null, null,
+                 p_now, 0, null);
     if v_status = 5 then
-      insert into pyjobq.job_history select (v_row).*;
+      perform pyjobq._to_history(array[v_row], array[5]::smallint[], p_now);
+      v_id := v_new_id;
+    elsif p_dedupe_key is null then
+      -- Nothing can conflict: no speculative insert, whose confirmation is WAL too.
+      insert into pyjobq.job select (v_row).*;
       v_id := v_new_id;
     else
-      insert into pyjobq.job as j
-        (job_id, job_type, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after,
-         lease_until, worker_id, run_started_at, last_error, created_at, updated_at, seq, attempts_refunded,
-         notify_done, lease_token, concurrency_key, fair_rank, metadata, waiting_on, run_on_parent_failure,
-         has_dependants, batch_id) select (v_row).*
+      insert into pyjobq.job as j select (v_row).*
       on conflict (job_type, dedupe_key) where status in (1, 2, 6) and dedupe_key is not null do nothing
       returning j.job_id into v_id;
     end if;

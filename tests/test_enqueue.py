@@ -212,10 +212,40 @@ def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
     assert job_id.version == 8
 
 
+def heap_records_of(conn: Conn, statement: LiteralString) -> list[str]:
+    """The types of the heap's WAL records that ``statement``'s transaction wrote
+    (pg_walinspect)."""
+    conn.execute("create extension if not exists pg_walinspect")
+    with conn.transaction():
+        conn.execute("set local synchronous_commit = on")  # its commit flushes: readable records
+        start = one(conn, "select pg_current_wal_insert_lsn()::text")
+        xid = one(conn, "select xid(pg_current_xact_id())::text")
+        conn.execute(statement)
+    return [
+        record
+        for (record,) in conn.execute(
+            "select record_type from pg_get_wal_records_info(%s, pg_current_wal_flush_lsn())"
+            " where resource_manager = 'Heap' and xid::text = %s",
+            (start, xid),
+        )
+    ]
+
+
+def test_only_an_enqueue_with_a_key_inserts_speculatively(conn: Conn) -> None:
+    """An insert with ON CONFLICT is speculative: a record of its own confirms the row. A job
+    with a dedupe key needs it, for the guard against active duplicates; a job without one
+    can conflict with nothing, and its insert is a plain one."""
+    keyless = heap_records_of(conn, "select pyjobq.job_enqueue(1, '{}')")
+    keyed = heap_records_of(conn, "select pyjobq.job_enqueue(1, '{}', p_dedupe_key => 'k')")
+    for records, speculative in ((keyless, False), (keyed, True)):
+        assert any(r.startswith("INSERT") for r in records), records
+        assert any("CONFIRM" in r for r in records) is speculative, records  # HEAP_CONFIRM
+
+
 def test_every_way_into_the_job_table_writes_the_same_row(conn: Conn) -> None:
-    """A new job's row is written by four statements, one for each shape of input (one job;
-    a batch without keys; with keys; with parents): the same arguments make the same row
-    through each, every column but the job's own id, seq and key."""
+    """A new job's row is written by five statements, one for each shape of input (one job
+    without a key; with one; a batch without keys; with keys; with parents): the same
+    arguments make the same row through each, every column but the job's own id, seq and key."""
     freeze(conn, FROZEN)
     batch = one(conn, "select pyjobq.job_batch_open()")
     parent = str(enqueue(conn))
@@ -240,7 +270,8 @@ def test_every_way_into_the_job_table_writes_the_same_row(conn: Conn) -> None:
     window: LiteralString = " p_unique_for => '1 day',"
     parents: LiteralString = " p_depends_on => array[jsonb_build_array(%(parent)s::uuid)],"
     pending = {
-        "one": single(" p_dedupe_key => 'k1',"),
+        "one": single(""),
+        "one with a key": single(" p_dedupe_key => 'k1',"),
         "one in a window": single(" p_dedupe_key => 'k2'," + window),
         "many": many(""),
         "many with keys": many(" p_dedupe_keys => array['k3'],"),

@@ -146,7 +146,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 65
+  select 66
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -257,15 +257,7 @@ create table pyjobq.job (
   -- the others, without a rewrite).
   snoozes smallint not null default 0,
   progress jsonb,
-  constraint job_pkey primary key (job_id),
-  constraint job_status_active check (status in (1, 2, 6)),
-  constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
-  constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
-  constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
-  constraint job_attempts_within_max
-    check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
-  constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
-  constraint job_running_has_worker check (status <> 2 or worker_id is not null)
+  constraint job_pkey primary key (job_id)  -- its CHECK, job_row_valid, is in 02_checks.sql
 );
 
 comment on table pyjobq.job is

@@ -170,7 +170,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 65
+  select 66
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -281,15 +281,7 @@ create table pyjobq.job (
   -- the others, without a rewrite).
   snoozes smallint not null default 0,
   progress jsonb,
-  constraint job_pkey primary key (job_id),
-  constraint job_status_active check (status in (1, 2, 6)),
-  constraint job_waiting_counts check ((status <> 6 or waiting_on > 0) and (waiting_on is null) = (run_on_parent_failure is null)),
-  constraint job_payload_is_object check (jsonb_typeof(payload) = 'object'),
-  constraint job_metadata_is_object check (jsonb_typeof(metadata) = 'object'),
-  constraint job_attempts_within_max
-    check (attempts_refunded between 0 and attempts and attempts - attempts_refunded <= max_attempts),
-  constraint job_running_has_lease check ((status = 2) = (lease_until is not null)),
-  constraint job_running_has_worker check (status <> 2 or worker_id is not null)
+  constraint job_pkey primary key (job_id)  -- its CHECK, job_row_valid, is in 02_checks.sql
 );
 
 comment on table pyjobq.job is
@@ -1086,6 +1078,57 @@ $$;
 
 comment on function pyjobq.retry_backoff(int) is
   'Delay before the retry that follows attempt p_attempt: least(1 hour, 2 s * 2^(p_attempt - 1)) minus up to 25% jitter.';
+
+-- Row checks ------------------------------------------------------------------
+
+-- What every row of pyjobq.job holds to: its one CHECK constraint, below. A
+-- function, because PostgreSQL reads a CHECK's stored expression again, and
+-- plans it again, in every statement that writes the table: seven checks
+-- written inline cost each enqueue and each claim's lease 40 to 50 µs, where
+-- a PL/pgSQL function's expression is planned once per session (schema 66;
+-- docs/performance.md, "What the checks on every job cost"). Each part holds
+-- where it is not false, as a CHECK of its own would.
+create function pyjobq._job_row_valid(
+  p_status smallint,
+  p_waiting_on int,
+  p_run_on_parent_failure boolean,
+  p_payload jsonb,
+  p_metadata jsonb,
+  p_attempts smallint,
+  p_attempts_refunded smallint,
+  p_max_attempts smallint,
+  p_lease_until timestamptz,
+  p_worker_id text
+)
+returns boolean
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  return p_status in (1, 2, 6)  -- active: an ended job is in job_history
+     -- WAITING for some parent; parents' counts and policy set together
+     and (p_status <> 6 or p_waiting_on > 0)
+     and (p_waiting_on is null) = (p_run_on_parent_failure is null)
+     and jsonb_typeof(p_payload) = 'object'
+     and jsonb_typeof(p_metadata) = 'object'
+     and p_attempts_refunded between 0 and p_attempts
+     and p_attempts - p_attempts_refunded <= p_max_attempts
+     and (p_status = 2) = (p_lease_until is not null)  -- RUNNING exactly while leased
+     and (p_status <> 2 or p_worker_id is not null);
+end;
+$$;
+
+comment on function pyjobq._job_row_valid(smallint, int, boolean, jsonb, jsonb, smallint, smallint, smallint,
+                                          timestamptz, text) is
+  'pyjobq.job''s CHECK constraint job_row_valid: false when the columns given break one of its rules (an '
+  'ended status, a WAITING job waiting on nothing, a payload or metadata that is not an object, attempts '
+  'refunded or used past max_attempts, a lease without RUNNING or RUNNING without a lease or a worker).';
+
+alter table pyjobq.job
+  add constraint job_row_valid check (pyjobq._job_row_valid(status, waiting_on, run_on_parent_failure, payload, metadata,
+                                                            attempts, attempts_refunded, max_attempts, lease_until,
+                                                            worker_id));
 
 -- Job types -------------------------------------------------------------------
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
 
 from pyjobq import JobStatus, JobType
+from tests.sqlhelp import one, raises_sqlstate, table_snapshot
 
 Conn = psycopg.Connection[Any]
 
@@ -80,23 +81,53 @@ def test_python_enums_match_the_sql_codes(conn: Conn) -> None:
     assert sorted(statuses) == sorted((s.value, s.name) for s in JobStatus)
     types = dict(conn.execute("select job_type, name from pyjobq.job_types()").fetchall())
     assert {t.value: t.name for t in JobType} == types
-    checks = dict(
-        conn.execute(
-            "select conname, pg_get_constraintdef(oid) from pg_constraint"
-            " where conname in ('job_status_active', 'job_history_ended')"
-            " and conrelid in ('pyjobq.job'::regclass, 'pyjobq.job_history'::regclass)"
-        ).fetchall()
+    ended_check = one(
+        conn,
+        "select pg_get_constraintdef(oid) from pg_constraint"
+        " where conname = 'job_history_ended' and conrelid = 'pyjobq.job_history'::regclass",
+    )
+    # pyjobq.job's check (job_row_valid) calls this function
+    job_row_rules = one(
+        conn, "select prosrc from pg_proc where oid = 'pyjobq._job_row_valid'::regproc"
     )
     live, ended = (
         (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.WAITING),
         (JobStatus.DONE, JobStatus.CANCELLED),
     )
     codes = ", ".join(str(s.value) for s in live)
-    assert checks == {
-        "job_status_active": f"CHECK ((status = ANY (ARRAY[{codes}])))",
-        "job_history_ended": f"CHECK (((status >= {ended[0]}) AND (status <= {ended[1]})))",
-    }
+    assert f"return p_status in ({codes})" in job_row_rules
+    assert ended_check == f"CHECK (((status >= {ended[0]}) AND (status <= {ended[1]})))"
     assert set(JobStatus) == {*live, *range(ended[0], ended[1] + 1)}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "status = 3",  # ended: it belongs in job_history
+        "status = 6, waiting_on = 0, run_on_parent_failure = false",  # waiting on nothing
+        "waiting_on = 1",  # a count of parents without the policy for their failure
+        "payload = '[]'",
+        "metadata = '1'",
+        "attempts_refunded = 1",  # more refunded than used
+        "attempts = max_attempts + 1",
+        "lease_until = now()",  # a lease, not RUNNING
+        "status = 2, worker_id = 'w1'",  # RUNNING without a lease
+        "status = 2, lease_until = now()",  # RUNNING without a worker
+    ],
+)
+def test_the_job_table_refuses_a_row_that_breaks_a_rule(conn: Conn, change: LiteralString) -> None:
+    """The job table's own check, whatever writes it: each rule, broken alone by its owner."""
+    job_id = one(conn, "select job_id from pyjobq.job_enqueue(1, '{}')")
+    before = table_snapshot(conn)
+    with raises_sqlstate("23514"):
+        conn.execute("update pyjobq.job set " + change + " where job_id = %s", (job_id,))
+    assert table_snapshot(conn) == before
+    # while a change that breaks none goes through
+    conn.execute(
+        "update pyjobq.job set status = 2, worker_id = 'w1', lease_until = now(), attempts = 1"
+        " where job_id = %s",
+        (job_id,),
+    )
 
 
 def nested_plans(

@@ -6,7 +6,10 @@ each job and statement did, and it keeps, in its own registry, per job type
 ``pyjobq_jobs_interrupted_total`` (lease lost, cancelled, abandoned at shutdown), the
 histograms ``pyjobq_handler_duration_seconds`` and ``pyjobq_claim_to_start_seconds``, and per
 statement ``pyjobq_statement_duration_seconds`` (each one's count is its round trips) and
-``pyjobq_database_errors_total``. ``pyjobq worker --metrics-port`` serves them.
+``pyjobq_database_errors_total``. What no hook reports it reads from the worker's own
+:class:`~pyjobq.metrics.WorkerMetrics` at each scrape once told to (:meth:`WorkerExporter.watch`):
+``pyjobq_children_{started,killed}_total`` (handlers in child processes) and
+``pyjobq_lingering_threads_total``. ``pyjobq worker --metrics-port`` serves them all.
 
 :func:`queue_metrics` turns one ``job_counts()`` into the gauges ``pyjobq_jobs`` (per type and
 status), ``pyjobq_jobs_exact``, ``pyjobq_oldest_due_seconds`` and ``pyjobq_expired_leases``:
@@ -21,15 +24,21 @@ from collections.abc import Iterable, Sequence
 from uuid import UUID
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pyjobq.metrics import WorkerHooks
+from pyjobq.metrics import WorkerHooks, WorkerMetrics
 from pyjobq.rows import ClaimedJob, CountRow, JobStatus
 
 # Seconds: from a millisecond (a no-op handler, a claim) to ten minutes.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
 FAILED = {"retry": "retried", "dead": "dead"}
+# The counts of WorkerMetrics that no hook reports, exported as they are at each scrape.
+UNHOOKED = {
+    "children_started": "Child processes started for handlers (in_process, processes).",
+    "children_killed": "Child processes killed at a deadline, a cancel or a hard stop.",
+    "lingering_threads": "Sync handlers that went on running in their thread past their timeout.",
+}
 
 
 class WorkerExporter(WorkerHooks):
@@ -85,6 +94,11 @@ class WorkerExporter(WorkerHooks):
         self._claimed: dict[UUID, float] = {}
         self._started: dict[UUID, float] = {}
 
+    def watch(self, metrics: WorkerMetrics) -> None:
+        """Export, from now on, the counts of ``metrics`` (a worker's ``metrics``) that no hook
+        reports (``UNHOOKED``), read at each scrape; once per exporter."""
+        self.registry.register(_Unhooked(metrics))
+
     def on_job_claimed(self, job: ClaimedJob) -> None:
         self._claimed[job.job_id] = time.monotonic()
 
@@ -123,6 +137,17 @@ class WorkerExporter(WorkerHooks):
         self.statement_seconds.labels(statement).observe(seconds)
         if error is not None:
             self.database_errors.labels(statement).inc()
+
+
+class _Unhooked(Collector):
+    """A worker's counts that no hook reports, read from its WorkerMetrics at each scrape."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        for name, what in UNHOOKED.items():
+            yield CounterMetricFamily(f"pyjobq_{name}", what, value=getattr(self.metrics, name))
 
 
 def queue_metrics(counts: Sequence[CountRow]) -> Iterable[Metric]:

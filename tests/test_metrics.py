@@ -105,6 +105,31 @@ def test_a_worker_counts_what_it_did(conn: Conn, dsn: str, tmp_path: Path) -> No
     assert samples.get("pyjobq_database_errors_total", {}) == {}
 
 
+def test_a_worker_exports_its_children_and_lingering_threads(
+    conn: Conn, dsn: str, tmp_path: Path
+) -> None:
+    """What no hook reports, read from the worker's own counts at each scrape: here each of
+    four jobs runs in a child of its own (``--processes --max-jobs-per-child 1``)."""
+    prepare(conn)
+    conn.execute("select * from pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[4]))")
+    port = free_port()
+    worker = spawn_worker(
+        dsn, tmp_path, "children", "--processes", "--max-jobs-per-child", "1",
+        "--concurrency", "1", "--metrics-port", str(port),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: statuses(conn) == {3: 4}, "every job to end")
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    final = json.loads((tmp_path / "children.json").read_text())
+    assert final["children_started"] == 4
+    assert samples["pyjobq_children_started_total"] == {(): 4.0}
+    assert samples["pyjobq_children_killed_total"] == {(): 0.0}
+    assert samples["pyjobq_lingering_threads_total"] == {(): 0.0}
+
+
 def test_the_grafana_dashboard_plots_only_series_that_exist(conn: Conn) -> None:
     from prometheus_client import generate_latest
 

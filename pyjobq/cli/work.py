@@ -15,9 +15,9 @@ import click
 
 from pyjobq.cli.common import F, dsn_option, fail, log_options, reporting, resolve_dsn
 from pyjobq.cli.group import main
-from pyjobq.metrics import WorkerHooks
 
 if TYPE_CHECKING:
+    from pyjobq.exporter import WorkerExporter
     from pyjobq.worker import Handler, WorkerConfig
 
 
@@ -104,7 +104,7 @@ def worker_config(settings: Mapping[str, Any]) -> WorkerConfig:
         fail(f"invalid worker setting: {e}", 2)
 
 
-def serve_metrics(host: str, port: int) -> WorkerHooks:
+def serve_metrics(host: str, port: int) -> WorkerExporter:
     """A :class:`~pyjobq.exporter.WorkerExporter`, its registry served on ``host:port``."""
     try:
         from prometheus_client import start_http_server
@@ -174,8 +174,10 @@ def worker(
         else:
             table = {t: wrap(h) for t, h in table.items()}
     types = None if only is None else [as_type(t) for t in only.split(",")]
-    hooks = None if metrics_port is None else serve_metrics(metrics_host, metrics_port)
-    w = Worker(resolve_dsn(dsn), table, config, job_types=types, hooks=hooks)
+    exporter = None if metrics_port is None else serve_metrics(metrics_host, metrics_port)
+    w = Worker(resolve_dsn(dsn), table, config, job_types=types, hooks=exporter)
+    if exporter is not None:
+        exporter.watch(w.metrics)
     with reporting():
         try:
             metrics = w.run()

@@ -146,7 +146,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 66
+  select 67
 $$;
 
 comment on function pyjobq.schema_version() is

@@ -221,6 +221,28 @@ $$;
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
 
+create function pyjobq._check_size(p_name text, p_value jsonb, p_max_bytes int, p_hint text)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if pg_column_size(p_value) > p_max_bytes then
+    raise exception '% must be at most %', p_name,
+                    case when p_max_bytes % 1048576 = 0 then format('%s MiB', p_max_bytes / 1048576)
+                         when p_max_bytes % 1024 = 0 then format('%s KiB', p_max_bytes / 1024)
+                         else format('%s bytes', p_max_bytes) end
+      using errcode = '22023',
+            detail = format('%s took %s bytes.', p_name, pg_column_size(p_value)),
+            hint = p_hint;
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_size(text, jsonb, int, text) is
+  'Raises 22023, with p_hint, when p_value takes more than p_max_bytes as stored (compressed, if it is).';
+
 create function pyjobq._check_payloads(p_payloads jsonb[])
 returns void
 language plpgsql

@@ -65,12 +65,8 @@ declare
   v_now timestamptz := pyjobq.clock_now();
 begin
   perform pyjobq._check_text('p_name', p_name, 200, false);
-  if pg_column_size(p_result) > 1048576 then
-    raise exception 'p_result must be at most 1 MiB'
-      using errcode = '22023',
-            detail = format('p_result took %s bytes.', pg_column_size(p_result)),
-            hint = 'Store a large result elsewhere and keep its key in the step.';
-  end if;
+  perform pyjobq._check_size('p_result', p_result, 1048576,
+                             'Store a large result elsewhere and keep its key in the step.');
   perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
   -- The primary key is the fence between two attempts that both ran the step
   -- (the first one's lease was lost meanwhile): the second insert waits for
@@ -168,12 +164,7 @@ as $$
 begin
   perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   perform pyjobq._check_payload('p_progress', p_progress);
-  if pg_column_size(p_progress) > 8192 then
-    raise exception 'p_progress must be at most 8 KiB'
-      using errcode = '22023',
-            detail = format('p_progress took %s bytes.', pg_column_size(p_progress)),
-            hint = 'Report a few figures, e.g. {"done": 40, "of": 100}.';
-  end if;
+  perform pyjobq._check_size('p_progress', p_progress, 8192, 'Report a few figures, e.g. {"done": 40, "of": 100}.');
   update pyjobq.job j
      set progress = p_progress
    where j.job_id = p_job_id

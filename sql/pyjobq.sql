@@ -170,7 +170,7 @@ language sql
 immutable
 set search_path = pg_catalog, pyjobq, pg_temp
 as $$
-  select 66
+  select 67
 $$;
 
 comment on function pyjobq.schema_version() is
@@ -821,6 +821,28 @@ $$;
 
 comment on function pyjobq._check_payload(text, jsonb) is
   'Raises 22023 unless p_payload is null or a JSON object.';
+
+create function pyjobq._check_size(p_name text, p_value jsonb, p_max_bytes int, p_hint text)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pyjobq, pg_temp
+as $$
+begin
+  if pg_column_size(p_value) > p_max_bytes then
+    raise exception '% must be at most %', p_name,
+                    case when p_max_bytes % 1048576 = 0 then format('%s MiB', p_max_bytes / 1048576)
+                         when p_max_bytes % 1024 = 0 then format('%s KiB', p_max_bytes / 1024)
+                         else format('%s bytes', p_max_bytes) end
+      using errcode = '22023',
+            detail = format('%s took %s bytes.', p_name, pg_column_size(p_value)),
+            hint = p_hint;
+  end if;
+end;
+$$;
+
+comment on function pyjobq._check_size(text, jsonb, int, text) is
+  'Raises 22023, with p_hint, when p_value takes more than p_max_bytes as stored (compressed, if it is).';
 
 create function pyjobq._check_payloads(p_payloads jsonb[])
 returns void
@@ -4720,12 +4742,8 @@ declare
   v_now timestamptz := pyjobq.clock_now();
 begin
   perform pyjobq._check_text('p_name', p_name, 200, false);
-  if pg_column_size(p_result) > 1048576 then
-    raise exception 'p_result must be at most 1 MiB'
-      using errcode = '22023',
-            detail = format('p_result took %s bytes.', pg_column_size(p_result)),
-            hint = 'Store a large result elsewhere and keep its key in the step.';
-  end if;
+  perform pyjobq._check_size('p_result', p_result, 1048576,
+                             'Store a large result elsewhere and keep its key in the step.');
   perform pyjobq._check_holds(p_job_id, p_worker_id, p_attempt, p_lease_token);
   -- The primary key is the fence between two attempts that both ran the step
   -- (the first one's lease was lost meanwhile): the second insert waits for
@@ -4823,12 +4841,7 @@ as $$
 begin
   perform pyjobq._check_holder(p_worker_id, p_attempt, p_lease_token);
   perform pyjobq._check_payload('p_progress', p_progress);
-  if pg_column_size(p_progress) > 8192 then
-    raise exception 'p_progress must be at most 8 KiB'
-      using errcode = '22023',
-            detail = format('p_progress took %s bytes.', pg_column_size(p_progress)),
-            hint = 'Report a few figures, e.g. {"done": 40, "of": 100}.';
-  end if;
+  perform pyjobq._check_size('p_progress', p_progress, 8192, 'Report a few figures, e.g. {"done": 40, "of": 100}.');
   update pyjobq.job j
      set progress = p_progress
    where j.job_id = p_job_id

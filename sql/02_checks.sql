@@ -507,8 +507,9 @@ comment on function pyjobq.retry_backoff(int) is
 -- plans it again, in every statement that writes the table: seven checks
 -- written inline cost each enqueue and each claim's lease 40 to 50 µs, where
 -- a PL/pgSQL function's expression is planned once per session (schema 66;
--- docs/performance.md, "What the checks on every job cost"). Each part holds
--- where it is not false, as a CHECK of its own would.
+-- docs/performance.md, "A plain insert for a job without a key, and the job
+-- table's rules in one function"). Each part holds where it is not false, as
+-- a CHECK of its own would.
 create function pyjobq._job_row_valid(
   p_status smallint,
   p_waiting_on int,

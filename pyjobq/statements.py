@@ -5,6 +5,10 @@ The casts make every call resolve to the one signature of each function, and a
 columns are named, never ``*``: a column a later schema adds to a function's result
 must not break a deployed binding (tests/test_binding.py checks each list against the
 fields of its row class).
+
+The arrays of the batch calls that a Worker sends at every flush (``%b``) go in binary:
+in text, psycopg quotes each element with a regular expression, which cost the Worker
+4 to 5 microseconds of its CPU per job, about a seventh of it in a drain.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ COMPLETE: LiteralString = (
 )
 COMPLETE_MANY: LiteralString = (
     "select job_id, completed from pyjobq.job_complete_many("
-    "%s::text, %s::uuid[], %s::int[], %s::jsonb[], %s::uuid[])"
+    "%s::text, %b::uuid[], %b::int[], %b::jsonb[], %b::uuid[])"
 )
 FAIL: LiteralString = (
     "select status, run_after from pyjobq.job_fail("
@@ -76,18 +80,18 @@ FAIL: LiteralString = (
 )
 FAIL_MANY: LiteralString = (
     "select job_id, status, run_after from pyjobq.job_fail_many("
-    "%s::text, %s::uuid[], %s::int[], %s::text[], %s::float8[], %s::boolean[], %s::uuid[])"
+    "%s::text, %b::uuid[], %b::int[], %b::text[], %b::float8[], %b::boolean[], %b::uuid[])"
 )
 FINISH_MANY: LiteralString = (
-    "select job_id, status, run_after from pyjobq.job_finish_many(%s::text, %s::uuid[],"
-    " %s::int[], %s::text[], %s::jsonb[], %s::text[], %s::float8[], %s::uuid[])"
+    "select job_id, status, run_after from pyjobq.job_finish_many(%s::text, %b::uuid[],"
+    " %b::int[], %b::text[], %b::jsonb[], %b::text[], %b::float8[], %b::uuid[])"
 )
 RENEW_LEASE: LiteralString = (
     "select pyjobq.job_renew_lease(%s::uuid, %s::text, %s::int, %s::int, %s::uuid)"
 )
 RENEW_LEASE_MANY: LiteralString = (
     "select job_id, renewed, lease_until, cancelled from pyjobq.job_renew_lease_many("
-    "%s::text, %s::uuid[], %s::int[], %s::int, %s::uuid[])"
+    "%s::text, %b::uuid[], %b::int[], %s::int, %b::uuid[])"
 )
 STEP_SAVE: LiteralString = (
     "select saved, result, attempt, saved_at from pyjobq.job_step_save("
@@ -108,7 +112,7 @@ SIGNAL: LiteralString = "select pyjobq.job_signal(%s::uuid, %s::text, %s::jsonb)
 RELEASE: LiteralString = "select pyjobq.job_release(%s::uuid, %s::text, %s::int, %s::uuid)"
 RELEASE_MANY: LiteralString = (
     "select job_id, released from pyjobq.job_release_many("
-    "%s::text, %s::uuid[], %s::int[], %s::uuid[])"
+    "%s::text, %b::uuid[], %b::int[], %b::uuid[])"
 )
 REAP: LiteralString = (
     "select job_id, job_type, status, worker_id, attempt, run_after from pyjobq.job_reap(%s::int)"

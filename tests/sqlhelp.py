@@ -146,3 +146,22 @@ def mask(text: str) -> str:
         return seen.setdefault(match.group(0), f"<uuid {len(seen) + 1}>".ljust(36, "."))
 
     return UUID.sub(number, text)
+
+
+def heap_records_of(conn: psycopg.Connection[Any], statement: LiteralString) -> list[str]:
+    """The types of the heap's WAL records that ``statement``'s transaction wrote
+    (pg_walinspect)."""
+    conn.execute("create extension if not exists pg_walinspect")
+    with conn.transaction():
+        conn.execute("set local synchronous_commit = on")  # its commit flushes: readable records
+        start = one(conn, "select pg_current_wal_insert_lsn()::text")
+        xid = one(conn, "select xid(pg_current_xact_id())::text")
+        conn.execute(statement)
+    return [
+        record
+        for (record,) in conn.execute(
+            "select record_type from pg_get_wal_records_info(%s, pg_current_wal_flush_lsn())"
+            " where resource_manager = 'Heap' and xid::text = %s",
+            (start, xid),
+        )
+    ]

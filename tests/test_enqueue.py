@@ -16,6 +16,7 @@ from tests.sqlhelp import (
     claim,
     enqueue,
     freeze,
+    heap_records_of,
     one,
     one_row,
     raises_sqlstate,
@@ -210,25 +211,6 @@ def test_job_ids_survive_a_clock_before_1970(conn: Conn) -> None:
     job_id, created = one_row(conn, "select job_id, created from pyjobq.job_enqueue(1)")
     assert created is True
     assert job_id.version == 8
-
-
-def heap_records_of(conn: Conn, statement: LiteralString) -> list[str]:
-    """The types of the heap's WAL records that ``statement``'s transaction wrote
-    (pg_walinspect)."""
-    conn.execute("create extension if not exists pg_walinspect")
-    with conn.transaction():
-        conn.execute("set local synchronous_commit = on")  # its commit flushes: readable records
-        start = one(conn, "select pg_current_wal_insert_lsn()::text")
-        xid = one(conn, "select xid(pg_current_xact_id())::text")
-        conn.execute(statement)
-    return [
-        record
-        for (record,) in conn.execute(
-            "select record_type from pg_get_wal_records_info(%s, pg_current_wal_flush_lsn())"
-            " where resource_manager = 'Heap' and xid::text = %s",
-            (start, xid),
-        )
-    ]
 
 
 def test_only_an_enqueue_with_a_key_inserts_speculatively(conn: Conn) -> None:

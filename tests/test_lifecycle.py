@@ -14,6 +14,7 @@ from tests.sqlhelp import (
     claim,
     enqueue,
     freeze,
+    heap_records_of,
     one,
     one_row,
     raises_sqlstate,
@@ -50,6 +51,19 @@ def test_claim_filters_by_job_type(conn: Conn) -> None:
     enqueue(conn, 1, "{}")
     rows = conn.execute("select job_id from pyjobq.job_claim('w1', 10, null, array[2])").fetchall()
     assert rows == [(outbox,)]
+
+
+def test_a_claim_keeps_the_new_versions_of_its_jobs_on_their_pages(conn: Conn) -> None:
+    """A claim writes each job's new version while the old one is still live, so a claim of
+    a page's jobs needs room on that page for as many again. Where a new version does not fit,
+    PostgreSQL locks the old one in a WAL record of its own and writes the whole new row
+    elsewhere. Besides each job's own lock (the pick's FOR UPDATE SKIP LOCKED), few may."""
+    conn.execute("select pyjobq.job_enqueue_many(1, array_fill('{}'::jsonb, array[400]))")
+    conn.execute("vacuum pyjobq.job")
+    records = heap_records_of(conn, "select pyjobq.job_claim('w1', 200)")
+    kinds = [record.split("+")[0] for record in records]  # UPDATE+INIT: on a new page
+    assert kinds.count("UPDATE") == 200
+    assert kinds.count("LOCK") <= 200 * 1.25, kinds.count("LOCK")
 
 
 def test_complete_stores_result_and_frees_the_lease(conn: Conn) -> None:

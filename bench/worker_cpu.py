@@ -97,6 +97,7 @@ def drain(server: LocalPostgres, pythonpath: Path, jobs: int, concurrency: int) 
         cwd=pythonpath,  # "-c" puts the working directory first on sys.path
         capture_output=True,
         text=True,
+        timeout=600,
     )
     if out.returncode:
         raise SystemExit(f"the Worker's drain failed:\n{out.stderr}")

@@ -386,7 +386,7 @@ create index job_fair_key_idx on pyjobq.job (job_type, priority, (coalesce(concu
 -- Every transition rewrites the row (the partial indexes make it non-HOT),
 -- and every end deletes it, so the table churns through dead tuples at the
 -- queue's pace, not in proportion to its size: vacuum and analyze on absolute thresholds. And each page keeps
--- half of itself free for the new versions of its own rows: a claim of a
+-- 60 % free, room for a second version of each of its rows: a claim of a
 -- page's jobs writes their new versions while the old ones still live, and
 -- an update that must move its row to another page writes a row-lock record
 -- and the whole new row, where one within the page writes neither the lock
@@ -399,7 +399,7 @@ alter table pyjobq.job set (
   autovacuum_analyze_scale_factor = 0,
   autovacuum_analyze_threshold = 20000,
   autovacuum_vacuum_cost_delay = 0,
-  fillfactor = 50
+  fillfactor = 40
 );
 
 -- Dependencies: one row per (parent, child) named at the child's enqueue,

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Run in the Worker's own process, with the pyjobq on its PYTHONPATH.
 DRAIN = """
-import asyncio, json, os, resource, sys, time
+import asyncio, json, resource, sys, time
 from pyjobq.worker import Worker
 
 JOBS = int(sys.argv[2])
@@ -101,12 +101,12 @@ def drain(server: LocalPostgres, pythonpath: Path, jobs: int, concurrency: int) 
     )
     if out.returncode:
         raise SystemExit(f"the Worker's drain failed:\n{out.stderr}")
-    figures: dict[str, float] = json.loads(out.stdout)
-    figures["server"] = server_cpu_seconds(server) - before
+    server_seconds = server_cpu_seconds(server) - before
+    worker: dict[str, float] = json.loads(out.stdout)
     return {
-        "jobs/s": jobs / figures["seconds"],
-        "Worker CPU µs/job": figures["cpu"] * 1e6 / jobs,
-        "server CPU µs/job": figures["server"] * 1e6 / jobs,
+        "jobs/s": jobs / worker["seconds"],
+        "Worker CPU µs/job": worker["cpu"] * 1e6 / jobs,
+        "server CPU µs/job": server_seconds * 1e6 / jobs,
     }
 
 
